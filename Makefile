@@ -1,0 +1,34 @@
+# The two commands a new user needs: `make demo` and `make test`.
+# Both create .venv and install what they need on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge
+
+.PHONY: demo test lint slurm-packages clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch first and pinned: this exact version is a CPU wheel on local disk; an unpinned
+	# torch would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[train,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/torchslurm run --nproc 2 examples/hello_distributed.py
+
+# Cluster tests need root (network namespaces, slurmd); as root, install Debian's Slurm first.
+slurm-packages:
+	@if [ "$$(id -u)" = 0 ] && ! command -v slurmd >/dev/null 2>&1; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SLURM_PACKAGES); \
+	fi
+
+test: $(STAMP) slurm-packages
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,7 @@
+"""`python -m torchslurm` is the same as the `torchslurm` command."""
+
+import sys
+
+from torchslurm.cli import main
+
+sys.exit(main())

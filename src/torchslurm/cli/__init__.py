@@ -1,0 +1,60 @@
+"""The `torchslurm` command: one module per subcommand; the only place that prints or exits.
+
+Each subcommand module has `register(subparsers)`, which adds its parser and sets
+`handler=` to a function `(args) -> int`. Modules are imported lazily by name so that
+`torchslurm --help` and the job commands never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from torchslurm import __version__
+from torchslurm.errors import TorchSlurmError
+
+# Subcommand modules, in the order `--help` lists them.
+COMMANDS: tuple[str, ...] = ("run",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchslurm",
+        description="Distributed PyTorch training on SLURM clusters that just works.",
+    )
+    parser.add_argument("--version", action="version", version=f"torchslurm {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"torchslurm.cli.{name}").register(subparsers)
+    return parser
+
+
+def setup_logging(verbose: bool) -> None:
+    """Attach the one handler torchslurm uses; library modules only create loggers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[torchslurm] %(levelname)s %(message)s"))
+    root = logging.getLogger("torchslurm")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    root.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    setup_logging(args.verbose)
+    try:
+        return int(args.handler(args))
+    except TorchSlurmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,32 @@
+"""Errors a user can act on. The CLI prints them as `error: ...` without a traceback.
+
+Every message says what was set, the rule it broke, then `HINT:` with the exact fix.
+"""
+
+
+class TorchSlurmError(Exception):
+    """Base class: an expected failure whose message is meant for the user."""
+
+
+class ConfigError(TorchSlurmError, ValueError):
+    """A value given by the user (flag, config file, job spec) is invalid."""
+
+
+class EnvError(TorchSlurmError):
+    """The process environment (launcher or Slurm variables) is inconsistent."""
+
+
+class HostlistError(ConfigError):
+    """A Slurm hostlist expression that Slurm itself would reject."""
+
+
+class SlurmError(TorchSlurmError):
+    """A Slurm command failed or printed something we cannot parse."""
+
+
+class CheckpointError(TorchSlurmError):
+    """A checkpoint is missing, incomplete or unreadable."""
+
+
+class DistributedError(TorchSlurmError):
+    """torch.distributed could not be set up or a peer failed."""
