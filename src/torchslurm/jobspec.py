@@ -1,0 +1,466 @@
+"""JobSpec: what a user wants from Slurm (N nodes x M GPUs, launch mode, time), validated.
+
+Pure: no torch, no Slurm commands. `JobSpec.__post_init__` rejects values that can never
+work (wrong types, unknown choices, newlines that would break out of a script line);
+`validate()` reports combinations that are legal but likely wrong (seed 003's ntasks vs
+GPUs mismatches), each with a HINT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from torchslurm.errors import ConfigError
+
+LAUNCH_MODES = ("srun", "torchrun")
+BACKENDS = ("auto", "gloo", "nccl")
+GPU_FLAGS = ("gpus-per-node", "gres")
+# Signals a Python process can catch without side effects in Slurm or torch. USR2 is the default
+# because NCCL/UCX may install their own USR1 handler (submitit made the same choice).
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
+
+_ARRAY_RE = re.compile(r"^\d+(-\d+)?(:\d+)?(,\d+(-\d+)?(:\d+)?)*(%\d+)?$")
+_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_MEM_RE = re.compile(r"^\d+[KMGT]?$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job. Field names are the keys of a spec file; CLI flags spell them with `-`."""
+
+    script: str
+    """Path of the Python training script run on every rank."""
+    args: tuple[str, ...] = ()
+    """Arguments passed to the script, each one as given (quoted in the job script)."""
+    name: str = "torchslurm"
+    """Slurm job name (`--job-name`); `%x` in output patterns."""
+    nodes: int = 1
+    """Number of nodes (`--nodes`)."""
+    gpus_per_node: int = 0
+    """GPUs per node; 0 makes a CPU job (Gloo)."""
+    launch: str = "srun"
+    """`srun`: one Slurm task per rank (per GPU); `torchrun`: one task per node running torchrun."""
+    tasks_per_node: int | None = None
+    """Slurm tasks per node. Default: gpus_per_node (or 1 for a CPU job) in srun mode, 1 in torchrun mode."""
+    nproc_per_node: int | None = None
+    """torchrun mode only: worker processes per node. Default: gpus_per_node (or 1 for a CPU job)."""
+    cpus_per_task: int | None = None
+    """CPUs per Slurm task (`--cpus-per-task`)."""
+    mem: str | None = None
+    """Memory per node (`--mem`), e.g. `32G`."""
+    time: str | None = None
+    """Time limit (`--time`): minutes, `H:MM:SS` or `D-HH:MM:SS`."""
+    partition: str | None = None
+    """Slurm partition (`--partition`)."""
+    account: str | None = None
+    """Account charged (`--account`)."""
+    qos: str | None = None
+    """Quality of service (`--qos`)."""
+    constraint: str | None = None
+    """Node features required (`--constraint`)."""
+    nodelist: str | None = None
+    """Nodes to use (`--nodelist`), a Slurm hostlist."""
+    exclude: str | None = None
+    """Nodes to avoid (`--exclude`), a Slurm hostlist."""
+    output: str = "%x-%j.out"
+    """stdout file pattern of the job (`--output`); `%x` job name, `%j` job id."""
+    error: str | None = None
+    """stderr file pattern (`--error`); default: merged into `output`."""
+    per_rank_output: bool = False
+    """Also write one file per Slurm task (`srun --output=<output stem>-rank%t.out`)."""
+    setup: tuple[str, ...] = ()
+    """Shell lines run before launch (module load, venv activation). Shell code, run as written."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment variables exported to every rank (NCCL_DEBUG, ...)."""
+    backend: str = "auto"
+    """Process group backend: auto (nccl with GPUs, else gloo), gloo or nccl."""
+    nic: str | None = None
+    """Network interface override (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME); default: chosen per node."""
+    preemptible: bool = False
+    """Ask Slurm for a warning signal before the time limit, and requeue after a stop."""
+    signal: str = "USR2"
+    """Signal sent `grace_s` seconds before the end (`--signal`); USR2 because NCCL may catch USR1."""
+    grace_s: int = 120
+    """Seconds between the warning signal and the time limit."""
+    requeue: bool = True
+    """When preemptible: allow the job to be requeued (`--requeue`)."""
+    max_requeues: int = 3
+    """When preemptible: how many times rank 0 may requeue the job (checked against SLURM_RESTART_COUNT)."""
+    array: str | None = None
+    """Job array indexes for sweeps (`--array`), e.g. `0-9%2`."""
+    python: str = "python"
+    """Python interpreter on the compute nodes (a path for a venv, or `python` from PATH)."""
+    gpu_flag: str = "gpus-per-node"
+    """How GPUs are requested: `gpus-per-node` (Slurm >= 19.05) or `gres` (`--gres=gpu:N`)."""
+    batch_size: int | None = None
+    """Optional: per-rank batch size, only used for the effective batch size summary."""
+    lr: float | None = None
+    """Optional: base learning rate, only used for the LR scaling summary."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", tuple(str(a) for a in _as_sequence("args", self.args)))
+        object.__setattr__(self, "setup", tuple(str(s) for s in _as_sequence("setup", self.setup)))
+        object.__setattr__(self, "env", dict(sorted(_check_env(self.env).items())))
+        _check_types(self)
+        _check_choices(self)
+        _check_ranges(self)
+        _check_text(self)
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Training processes per node in either launch mode."""
+        if self.launch == "torchrun":
+            return self.nproc_per_node or max(self.gpus_per_node, 1)
+        return self.slurm_tasks_per_node
+
+    @property
+    def slurm_tasks_per_node(self) -> int:
+        """What `--ntasks-per-node` the script asks Slurm for."""
+        if self.tasks_per_node is not None:
+            return self.tasks_per_node
+        return 1 if self.launch == "torchrun" else max(self.gpus_per_node, 1)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def time_s(self) -> int | None:
+        """The time limit in seconds, or None when unlimited / not given."""
+        return None if self.time is None else parse_time(self.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that differ from the defaults, in field order (the script header shows this)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if f.name == "script" or value != default:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+def field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(JobSpec)]
+
+
+def parse_time(text: str) -> int:
+    """Slurm's --time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    m = _TIME_RE.match(text.strip())
+    if not m or text.strip() in ("", "-"):
+        raise ConfigError(
+            f"time={text!r} is not a Slurm time limit. HINT: use minutes (`90`), `H:MM:SS` (`1:30:00`) "
+            "or `D-HH:MM:SS` (`1-00:00:00`)."
+        )
+    days, a, b, c = m.groups()
+    nums = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        h, mi, s = [*nums, 0, 0][:3]
+        return int(days) * 86400 + h * 3600 + mi * 60 + s
+    if len(nums) == 1:
+        return nums[0] * 60
+    if len(nums) == 2:
+        return nums[0] * 60 + nums[1]
+    return nums[0] * 3600 + nums[1] * 60 + nums[2]
+
+
+def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> JobSpec:
+    """A spec from a YAML/TOML file and/or flag values; flags (non-None overrides) win."""
+    data: dict[str, Any] = read_file(path) if path is not None else {}
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return from_mapping(data, source=str(path) if path else "flags")
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """Read a YAML (.yaml/.yml/.json) or TOML (.toml) spec file into a dict, keys normalised."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read job spec {path}: {exc.strerror}. HINT: check the path.") from exc
+    try:
+        raw = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"job spec {path} is not valid {path.suffix[1:] or 'YAML'}: {exc}. "
+                          "HINT: fix the syntax at the position shown.") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"job spec {path} holds a {type(raw).__name__}, expected a mapping of fields. "
+                          f"HINT: write `key: value` lines; valid keys: {', '.join(field_names())}.")
+    return {str(k).replace("-", "_"): v for k, v in raw.items()}
+
+
+def from_mapping(data: Mapping[str, Any], source: str = "spec") -> JobSpec:
+    """Build a JobSpec from plain data, rejecting unknown keys with the list of valid ones."""
+    valid = field_names()
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) in {source}: {', '.join(unknown)}. "
+            f"HINT: valid keys are {', '.join(valid)}."
+        )
+    if "script" not in data:
+        raise ConfigError(f"no `script` in {source}. "
+                          "HINT: give the training script, e.g. `script: train.py`.")
+    try:
+        return JobSpec(**data)
+    except TypeError as exc:  # pragma: no cover - unknown keys are caught above
+        raise ConfigError(f"{source}: {exc}. HINT: valid keys are {', '.join(valid)}.") from exc
+
+
+def spec_json(spec: JobSpec) -> str:
+    """A stable one-line JSON form of the spec (non-default fields), used in script headers."""
+    return json.dumps(spec.to_dict(), sort_keys=False, ensure_ascii=True)
+
+
+# -- validation helpers used by __post_init__ ------------------------------------------------
+
+_INT_FIELDS = ("nodes", "gpus_per_node", "grace_s", "max_requeues")
+_OPT_INT_FIELDS = ("tasks_per_node", "nproc_per_node", "cpus_per_task", "batch_size")
+_BOOL_FIELDS = ("per_rank_output", "preemptible", "requeue")
+_OPT_STR_FIELDS = ("mem", "time", "partition", "account", "qos", "constraint", "nodelist", "exclude",
+                   "error", "nic", "array")
+_STR_FIELDS = ("script", "name", "launch", "output", "backend", "signal", "python", "gpu_flag")
+
+
+def _as_sequence(name: str, value: object) -> Sequence[object]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}, expected a list of strings. "
+                          f"HINT: write {name}: [\"...\", \"...\"] (one item per {name[:-1] or name}).")
+    return value
+
+
+def _check_env(env: object) -> dict[str, str]:
+    if not isinstance(env, Mapping):
+        raise ConfigError(f"env={env!r} is not a mapping. HINT: write env: {{NCCL_DEBUG: INFO}}.")
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_KEY_RE.match(key):
+            raise ConfigError(f"env key {key!r} is not a shell variable name. "
+                              "HINT: use letters, digits and `_`, not starting with a digit.")
+        out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def _check_types(spec: JobSpec) -> None:
+    for name in _INT_FIELDS + _OPT_INT_FIELDS:
+        value = getattr(spec, name)
+        if value is None and name in _OPT_INT_FIELDS:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            continue
+        raise ConfigError(f"{name}={value!r} is not an integer. HINT: write {name}: 2 (a whole number).")
+    for name in _BOOL_FIELDS:
+        if not isinstance(getattr(spec, name), bool):
+            raise ConfigError(f"{name}={getattr(spec, name)!r} is not true/false. HINT: write {name}: true.")
+    for name in _STR_FIELDS + _OPT_STR_FIELDS:
+        value = getattr(spec, name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and name in ("time", "mem"):
+            object.__setattr__(spec, name, str(value))  # `time: 90` in YAML means 90 minutes
+        elif not (isinstance(value, str) or (value is None and name in _OPT_STR_FIELDS)):
+            raise ConfigError(f"{name}={value!r} is not a string. HINT: quote it: {name}: \"...\".")
+    if spec.lr is not None and (isinstance(spec.lr, bool) or not isinstance(spec.lr, int | float)):
+        raise ConfigError(f"lr={spec.lr!r} is not a number. HINT: write lr: 0.001.")
+
+
+def _choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}. "
+                          f"HINT: set {name} to one of: {', '.join(choices)}.")
+
+
+def _check_choices(spec: JobSpec) -> None:
+    _choice("launch", spec.launch, LAUNCH_MODES)
+    _choice("backend", spec.backend, BACKENDS)
+    _choice("gpu_flag", spec.gpu_flag, GPU_FLAGS)
+    object.__setattr__(spec, "signal", spec.signal.upper().removeprefix("SIG"))
+    _choice("signal", spec.signal, SIGNALS)
+    if spec.time is not None:
+        parse_time(spec.time)
+    if spec.mem is not None and not _MEM_RE.match(spec.mem):
+        raise ConfigError(f"mem={spec.mem!r} is not a Slurm memory size. HINT: write e.g. mem: 32G "
+                          "(a number with optional K, M, G or T; 0 means all memory of the node).")
+    if spec.array is not None and not _ARRAY_RE.match(spec.array):
+        raise ConfigError(f"array={spec.array!r} is not a Slurm array range. "
+                          "HINT: write e.g. array: 0-9, array: 1,3,5 or array: 0-15%4.")
+
+
+def _check_ranges(spec: JobSpec) -> None:
+    minimum = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1, "nproc_per_node": 1,
+               "cpus_per_task": 1, "grace_s": 1, "max_requeues": 0, "batch_size": 1}
+    for name, low in minimum.items():
+        value = getattr(spec, name)
+        if value is not None and value < low:
+            raise ConfigError(f"{name}={value} is below {low}. HINT: set {name} to at least {low}.")
+    if spec.nproc_per_node is not None and spec.launch != "torchrun":
+        raise ConfigError(
+            f"nproc_per_node={spec.nproc_per_node} with launch={spec.launch!r}: only torchrun starts "
+            "several processes per task. HINT: use tasks_per_node in srun mode, or set launch: torchrun."
+        )
+
+
+def _check_text(spec: JobSpec) -> None:
+    """Newlines or NULs would end a `#SBATCH` or command line early; the rest would run as shell code."""
+    values: list[tuple[str, str]] = [(n, getattr(spec, n)) for n in _STR_FIELDS + _OPT_STR_FIELDS
+                                     if getattr(spec, n) is not None]
+    values += [("args", a) for a in spec.args] + [("setup", s) for s in spec.setup]
+    values += [(f"env.{k}", v) for k, v in spec.env.items()]
+    for name, value in values:
+        bad = next((c for c in ("\n", "\r", "\0") if c in value), None)
+        if bad is not None:
+            raise ConfigError(
+                f"{name}={value!r} contains {bad!r}; a job script line cannot hold it safely. "
+                f"HINT: remove the line break from {name} (for several setup lines give a list)."
+            )
+    for name in ("script", "name", "python", "output"):
+        if not getattr(spec, name).strip():
+            raise ConfigError(f"{name} is empty. HINT: give a value for {name}.")
+
+
+# -- validate(): legal but likely wrong -------------------------------------------------------
+
+Severity = Literal["error", "warning", "info"]
+# `--gpus-per-node` arrived with cons_tres in Slurm 19.05; older versions only know `--gres=gpu:N`.
+GPUS_PER_NODE_SINCE = (19, 5)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or summary) about a job: what, why, and the fix."""
+
+    severity: Severity
+    code: str
+    message: str
+    hint: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: [{self.code}] {self.message} HINT: {self.hint}"
+
+
+def parse_slurm_version(text: str) -> tuple[int, int]:
+    """`slurm-wlm 22.05.8`, `slurm 23.11.1` or `22.05` -> (22, 5)."""
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise ConfigError(f"slurm version {text!r} has no MAJOR.MINOR. HINT: pass what `sbatch --version` "
+                          "prints, e.g. `slurm 22.05.8`.")
+    return int(m.group(1)), int(m.group(2))
+
+
+def validate(spec: JobSpec, slurm_version: str | tuple[int, int] | None = None) -> list[Finding]:
+    """Every likely mistake in `spec`, errors first. Pure: the Slurm version is passed in as data."""
+    version = parse_slurm_version(slurm_version) if isinstance(slurm_version, str) else slurm_version
+    findings = [*_check_layout(spec), *_check_backend(spec), *_check_preemption(spec),
+                *_check_gpu_flag(spec, version), *_summaries(spec)]
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: order[f.severity])
+
+
+def _check_layout(spec: JobSpec) -> list[Finding]:
+    out: list[Finding] = []
+    g, tasks = spec.gpus_per_node, spec.slurm_tasks_per_node
+    if spec.launch == "srun" and g > 0 and tasks != g:
+        out.append(Finding(
+            "error", "tasks-vs-gpus",
+            f"launch=srun runs one rank per Slurm task, but tasks_per_node={tasks} and gpus_per_node={g}.",
+            f"set tasks_per_node: {g}, or use launch: torchrun with tasks_per_node: 1."))
+    if spec.launch == "torchrun" and tasks != 1:
+        out.append(Finding(
+            "error", "torchrun-tasks",
+            f"launch=torchrun with tasks_per_node={tasks}: every task would start its own torchrun agent "
+            "and the ranks would be counted several times.",
+            "set tasks_per_node: 1 (torchrun starts nproc_per_node workers itself)."))
+    if spec.launch == "torchrun" and g > 0 and spec.ranks_per_node != g:
+        out.append(Finding(
+            "error", "nproc-vs-gpus",
+            f"launch=torchrun with nproc_per_node={spec.ranks_per_node} but gpus_per_node={g}.",
+            f"set nproc_per_node: {g} (one worker per GPU)."))
+    if spec.launch == "torchrun" and spec.ranks_per_node > 1 and spec.cpus_per_task is None:
+        out.append(Finding(
+            "warning", "torchrun-cpus",
+            f"launch=torchrun runs {spec.ranks_per_node} workers inside one Slurm task, which gets 1 CPU "
+            "unless cpus_per_task is set.",
+            f"set cpus_per_task: {spec.ranks_per_node} (or more, for data loading workers)."))
+    return out
+
+
+def _check_backend(spec: JobSpec) -> list[Finding]:
+    out: list[Finding] = []
+    if spec.gpus_per_node == 0 and spec.backend == "nccl":
+        out.append(Finding("error", "nccl-without-gpu",
+                           "backend=nccl but gpus_per_node=0: NCCL needs CUDA GPUs.",
+                           "use backend: gloo (or auto) for a CPU job, or request GPUs with gpus_per_node."))
+    if spec.gpus_per_node > 0 and spec.backend == "gloo":
+        out.append(Finding("warning", "gloo-with-gpu",
+                           f"backend=gloo with gpus_per_node={spec.gpus_per_node}: gradients go through CPU "
+                           "memory, much slower than NCCL.", "use backend: auto (NCCL on GPUs)."))
+    if spec.nic is not None:
+        out.append(Finding("warning", "nic-override",
+                           f"nic={spec.nic!r} sets the same interface name on every node; nodes with other "
+                           "NIC names fail with `Unable to find address for`.",
+                           "leave nic unset: torchslurm picks the interface reaching the master per node."))
+    return out
+
+
+def _check_preemption(spec: JobSpec) -> list[Finding]:
+    if not spec.preemptible:
+        return []
+    out: list[Finding] = []
+    limit = spec.time_s
+    if limit is not None and limit > 0 and spec.grace_s >= limit:
+        out.append(Finding("error", "grace-vs-time",
+                           f"grace_s={spec.grace_s} is not shorter than time={spec.time!r} ({limit} s): "
+                           "the warning signal would come before the job starts working.",
+                           f"set grace_s below {limit} (e.g. {max(limit // 10, 1)}), or a longer time."))
+    if limit is None:
+        out.append(Finding("warning", "signal-without-time",
+                           "preemptible without a time limit: Slurm sends the warning signal only before "
+                           "the time limit, so only scancel/preemption will stop the job cleanly.",
+                           "set time (e.g. time: 4:00:00)."))
+    if not spec.requeue:
+        out.append(Finding("warning", "no-requeue",
+                           "preemptible with requeue=false: after the checkpoint the job ends instead of "
+                           "continuing.", "set requeue: true."))
+    if spec.grace_s < 60:
+        out.append(Finding("warning", "short-grace",
+                           f"grace_s={spec.grace_s}: Slurm's signal timer has a 60 s resolution, and the "
+                           "checkpoint must fit in the remaining time.", "set grace_s to 60 or more."))
+    return out
+
+
+def _check_gpu_flag(spec: JobSpec, version: tuple[int, int] | None) -> list[Finding]:
+    if spec.gpus_per_node == 0 or version is None:
+        return []
+    vtext = f"{version[0]}.{version[1]:02d}"
+    if spec.gpu_flag == "gpus-per-node" and version < GPUS_PER_NODE_SINCE:
+        return [Finding("error", "gpu-flag",
+                        f"gpu_flag=gpus-per-node but Slurm {vtext} predates --gpus-per-node (19.05).",
+                        "set gpu_flag: gres (renders --gres=gpu:N).")]
+    if spec.gpu_flag == "gres" and version >= GPUS_PER_NODE_SINCE:
+        return [Finding("info", "gpu-flag",
+                        f"gpu_flag=gres on Slurm {vtext}: --gres=gpu:N works, --gpus-per-node also does and "
+                        "sets SLURM_GPUS_PER_NODE.", "keep it, or set gpu_flag: gpus-per-node.")]
+    return []
+
+
+def _summaries(spec: JobSpec) -> list[Finding]:
+    if spec.batch_size is None:
+        return []
+    world = spec.world_size
+    text = (f"effective batch size = {spec.batch_size} per rank x {world} ranks = {spec.batch_size * world}"
+            f" ({spec.nodes} node(s) x {spec.ranks_per_node} rank(s))")
+    hint = "gradients are averaged over all ranks, so each step sees the effective batch."
+    if spec.lr is not None:
+        text += f"; lr={spec.lr:g} was tuned for which batch size?"
+        hint = (f"linear scaling from a single rank gives lr={spec.lr * world:g} "
+                f"(square-root scaling: {spec.lr * world ** 0.5:g}); warm up when scaling by a lot.")
+    return [Finding("info", "effective-batch", text + ".", hint)]
