@@ -5,7 +5,15 @@ Every message says what was set, the rule it broke, then `HINT:` with the exact 
 
 
 class TorchSlurmError(Exception):
-    """Base class: an expected failure whose message is meant for the user."""
+    """Base class: an expected failure whose message is meant for the user.
+
+    `exit_code` is what the CLI exits with (2 = usage/configuration; a failed rank's own code
+    when a launched rank failed).
+    """
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class ConfigError(TorchSlurmError, ValueError):

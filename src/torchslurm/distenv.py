@@ -1,0 +1,320 @@
+"""Where this process sits in a distributed job, decided from its environment alone.
+
+`detect(environ)` is a pure function of an environ mapping. Detectors run in priority order:
+torchrun (also torchrun inside an srun step: then torchrun's RANK is the truth), Open MPI's
+mpirun, an srun task, an sbatch/salloc shell not started by srun, then a plain local process.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from torchslurm import hostlist
+from torchslurm.errors import EnvError, HostlistError
+
+LAUNCHERS = ("torchrun", "mpi", "srun", "batch", "local")
+
+# Derived ports stay below Linux's ephemeral range (32768-60999 by default), where the kernel
+# hands out client ports, and above the well-known/registered-service crowd.
+PORT_BASE = 10000
+PORT_SPAN = 32768 - PORT_BASE
+# Each job gets STEP_SLOTS consecutive ports, one per step id (mod STEP_SLOTS): jobs whose ids
+# are less than PORT_SPAN // STEP_SLOTS apart never collide, nor do ids that share their last
+# digits (Lightning derives its port from the last 4 digits and collides there).
+STEP_SLOTS = 8
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """The placement of this process: everything init_process_group needs, and why."""
+
+    rank: int
+    """Global rank, 0 ≤ rank < world_size."""
+    local_rank: int
+    """Rank among the processes on this node; selects the GPU."""
+    world_size: int
+    """Number of processes in the job step."""
+    local_world_size: int
+    """Number of processes on this node."""
+    node_rank: int
+    """Index of this node among the step's nodes."""
+    num_nodes: int
+    """Number of nodes in the step."""
+    master_addr: str
+    """Host that runs rank 0 (the TCPStore server)."""
+    master_port: int
+    """TCP port of the store on master_addr."""
+    launcher: str
+    """Which launcher started us: one of LAUNCHERS."""
+    job_id: str | None
+    """SLURM_JOB_ID (with array task as JOBID_TASKID), or None outside Slurm."""
+    reason: str
+    """One sentence saying how this was decided."""
+    warnings: tuple[str, ...] = field(default=())
+    """Things that are legal but probably not what the user wanted."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def torchrun_environ(self) -> dict[str, str]:
+        """The torchrun-style variables a child or init_process_group(env://) reads."""
+        return {
+            "RANK": str(self.rank),
+            "LOCAL_RANK": str(self.local_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "GROUP_RANK": str(self.node_rank),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+        }
+
+
+def find_free_port() -> int:
+    """A TCP port that is free on loopback right now (for single-machine runs)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def detect(environ: Mapping[str, str], free_port: Callable[[], int] = find_free_port) -> DistEnv:
+    """Decide rank, world size and master of this process from `environ`.
+
+    `free_port` is called only when nothing in the environment fixes the port (local runs).
+    Raises EnvError when the environment contradicts itself.
+    """
+    return (
+        from_torchrun(environ)
+        or from_open_mpi(environ, free_port)
+        or from_srun(environ)
+        or from_allocation_shell(environ, free_port)
+        or local(environ, free_port)
+    )
+
+
+def derived_port(job_id: str, step_id: str | None) -> int:
+    """A port unique to (job, step) on a shared node; see PORT_BASE/STEP_SLOTS."""
+    job = _int("SLURM_JOB_ID", job_id)
+    step = int(step_id) if step_id and step_id.isdigit() else STEP_SLOTS - 1
+    return PORT_BASE + (job * STEP_SLOTS + step % STEP_SLOTS) % PORT_SPAN
+
+
+def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
+    """torchrun (or a user) set RANK/WORLD_SIZE; torchrun also sets TORCHELASTIC_RUN_ID."""
+    if "RANK" not in environ and "TORCHELASTIC_RUN_ID" not in environ:
+        return None
+    by_torchrun = "TORCHELASTIC_RUN_ID" in environ
+    who = "torchrun" if by_torchrun else "RANK set in the environment"
+    _require(environ, ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"), who,
+             "HINT: start the script with torchrun or `torchslurm run`, or unset RANK so that "
+             "torchslurm derives the placement from Slurm.")
+    rank, world = _int("RANK", environ["RANK"]), _int("WORLD_SIZE", environ["WORLD_SIZE"])
+    local_rank = _int("LOCAL_RANK", environ["LOCAL_RANK"])
+    local_world = _int("LOCAL_WORLD_SIZE", environ.get("LOCAL_WORLD_SIZE", str(world)))
+    _check_rank("RANK", rank, "WORLD_SIZE", world)
+    _check_rank("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world)
+    if not by_torchrun:
+        _check_inherited_rank(environ, rank)
+    num_nodes = _int("GROUP_WORLD_SIZE", environ.get("GROUP_WORLD_SIZE", str(-(-world // local_world))))
+    node_rank = _int("GROUP_RANK", environ.get("GROUP_RANK", str(rank // local_world)))
+    return DistEnv(
+        rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
+        node_rank=node_rank, num_nodes=num_nodes, master_addr=environ["MASTER_ADDR"],
+        master_port=_port(environ["MASTER_PORT"]), launcher="torchrun", job_id=_job_id(environ),
+        reason=f"{who}: RANK={rank} of WORLD_SIZE={world}, master "
+               f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}.",
+    )
+
+
+def from_open_mpi(environ: Mapping[str, str], free_port: Callable[[], int]) -> DistEnv | None:
+    """mpirun (Open MPI) ranks; under Slurm, mpirun's daemons run as srun tasks, so check first."""
+    if "OMPI_COMM_WORLD_RANK" not in environ:
+        return None
+    prefix = "OMPI_COMM_WORLD_"
+    rank = _int(prefix + "RANK", environ[prefix + "RANK"])
+    world = _int(prefix + "SIZE", environ.get(prefix + "SIZE", "1"))
+    local_rank = _int(prefix + "LOCAL_RANK", environ.get(prefix + "LOCAL_RANK", "0"))
+    local_world = _int(prefix + "LOCAL_SIZE", environ.get(prefix + "LOCAL_SIZE", "1"))
+    _check_rank(prefix + "RANK", rank, prefix + "SIZE", world)
+    _check_rank(prefix + "LOCAL_RANK", local_rank, prefix + "LOCAL_SIZE", local_world)
+    nodes = _slurm_nodes(environ)
+    master = environ.get("MASTER_ADDR") or (nodes[0] if nodes else None)
+    if master is None:
+        raise EnvError(
+            f"mpirun started this process (OMPI_COMM_WORLD_RANK={rank}) but MASTER_ADDR is not set, "
+            "and outside Slurm there is no node list to find rank 0's host. "
+            "HINT: mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=<free port> python train.py"
+        )
+    return DistEnv(
+        rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
+        node_rank=_int(prefix + "NODE_RANK", environ.get(prefix + "NODE_RANK", str(rank // local_world))),
+        num_nodes=-(-world // local_world), master_addr=master,
+        master_port=_master_port(environ, free_port), launcher="mpi", job_id=_job_id(environ),
+        reason=f"mpirun (Open MPI) rank {rank} of {world}, master {master}.",
+    )
+
+
+def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
+    """A task of an srun step: SLURM_PROCID etc. describe this step (not the whole job)."""
+    if "SLURM_STEP_ID" not in environ or "SLURM_PROCID" not in environ:
+        return None
+    rank = _int("SLURM_PROCID", environ["SLURM_PROCID"])
+    world = _int("SLURM_STEP_NUM_TASKS", _first(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1"))
+    local_rank = _int("SLURM_LOCALID", environ.get("SLURM_LOCALID", "0"))
+    node_rank = _int("SLURM_NODEID", environ.get("SLURM_NODEID", "0"))
+    _check_rank("SLURM_PROCID", rank, "SLURM_STEP_NUM_TASKS", world)
+    nodes = _slurm_nodes(environ)
+    per_node = _tasks_per_node(environ, len(nodes))
+    num_nodes = len(per_node)
+    _check_rank("SLURM_NODEID", node_rank, "the number of step nodes", num_nodes)
+    if sum(per_node) != world:
+        raise EnvError(
+            f"SLURM_STEP_TASKS_PER_NODE={_first(environ, 'SLURM_STEP_TASKS_PER_NODE', 'SLURM_TASKS_PER_NODE')!r} "
+            f"adds up to {sum(per_node)} tasks but SLURM_STEP_NUM_TASKS={world}. "
+            "HINT: these come from Slurm itself; check that no script exports SLURM_* variables by hand."
+        )
+    local_world = per_node[node_rank]
+    _check_rank("SLURM_LOCALID", local_rank, "this node's task count", local_world)
+    master = environ.get("MASTER_ADDR") or nodes[0]
+    port = _port(environ["MASTER_PORT"]) if "MASTER_PORT" in environ else derived_port(
+        environ.get("SLURM_JOB_ID", "0"), environ["SLURM_STEP_ID"])
+    return DistEnv(
+        rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
+        node_rank=node_rank, num_nodes=num_nodes, master_addr=master, master_port=port,
+        launcher="srun", job_id=_job_id(environ),
+        reason=f"srun task {rank} of {world} in step {_job_id(environ)}.{environ['SLURM_STEP_ID']} "
+               f"on {num_nodes} node(s); rank 0 runs on {master}.",
+    )
+
+
+def from_allocation_shell(environ: Mapping[str, str], free_port: Callable[[], int]) -> DistEnv | None:
+    """The sbatch batch shell or an salloc shell: a single process, whatever was allocated."""
+    if "SLURM_JOB_ID" not in environ:
+        return None
+    tasks = _int("SLURM_NTASKS", environ.get("SLURM_NTASKS", "1"))
+    nodes = _int("SLURM_NNODES", _first(environ, "SLURM_NNODES", "SLURM_JOB_NUM_NODES", default="1"))
+    warnings: tuple[str, ...] = ()
+    if tasks > 1 or nodes > 1:
+        warnings = (
+            f"this Slurm allocation has {tasks} task(s) on {nodes} node(s) (SLURM_NTASKS={tasks}, "
+            f"SLURM_NNODES={nodes}) but this process was not started by srun, so it runs alone and "
+            "uses one node's resources. HINT: srun python train.py, or `torchslurm run train.py`, "
+            "which starts one rank per allocated task on every node.",
+        )
+    return DistEnv(
+        rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, num_nodes=1,
+        master_addr=environ.get("MASTER_ADDR", "127.0.0.1"), master_port=_master_port(environ, free_port),
+        launcher="batch", job_id=_job_id(environ),
+        reason=f"inside Slurm job {_job_id(environ)} but not in an srun step (sbatch or salloc shell): "
+               "a single process.",
+        warnings=warnings,
+    )
+
+
+def local(environ: Mapping[str, str], free_port: Callable[[], int]) -> DistEnv:
+    """No launcher at all: one process on this machine."""
+    return DistEnv(
+        rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, num_nodes=1,
+        master_addr=environ.get("MASTER_ADDR", "127.0.0.1"), master_port=_master_port(environ, free_port),
+        launcher="local", job_id=None,
+        reason="no launcher variables (torchrun, srun, mpirun) found: a single local process.",
+    )
+
+
+def _slurm_nodes(environ: Mapping[str, str]) -> list[str]:
+    """The step's node list (SLURM_STEP_NODELIST before SLURM_JOB_NODELIST), expanded."""
+    for name in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        if environ.get(name):
+            try:
+                return hostlist.expand(environ[name])
+            except HostlistError as exc:
+                raise EnvError(f"{name}={environ[name]!r} is not a valid Slurm hostlist: {exc}") from exc
+    return []
+
+
+def _tasks_per_node(environ: Mapping[str, str], node_count: int) -> list[int]:
+    name = "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
+    if name not in environ:
+        raise EnvError(
+            "srun task without SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE: cannot tell how many "
+            "ranks run on this node. HINT: these are set by srun; do not start tasks with a partial "
+            "copy of a Slurm environment."
+        )
+    try:
+        counts = hostlist.expand_counts(environ[name])
+    except HostlistError as exc:
+        raise EnvError(f"{name}={environ[name]!r} is malformed: {exc}") from exc
+    if node_count and len(counts) != node_count:
+        raise EnvError(
+            f"{name}={environ[name]!r} lists {len(counts)} node(s) but the step node list has {node_count}. "
+            "HINT: these come from Slurm itself; check that no script exports SLURM_* variables by hand."
+        )
+    return counts
+
+
+def _check_inherited_rank(environ: Mapping[str, str], rank: int) -> None:
+    """RANK exported in a batch script is inherited by every srun task (seed 000's script)."""
+    procid = environ.get("SLURM_PROCID")
+    if "SLURM_STEP_ID" in environ and procid is not None and procid.isdigit() and int(procid) != rank:
+        raise EnvError(
+            f"RANK={rank} but this srun task has SLURM_PROCID={procid}: RANK was exported in the job "
+            "script and every task inherited the same value, so ranks collide. HINT: remove the "
+            "`export RANK=…`/`WORLD_SIZE=…` lines; torchslurm derives them from srun."
+        )
+
+
+def _require(environ: Mapping[str, str], names: tuple[str, ...], who: str, hint: str) -> None:
+    missing = [n for n in names if n not in environ]
+    if missing:
+        present = ", ".join(f"{n}={environ[n]}" for n in names if n in environ) or "none of them"
+        raise EnvError(f"{who}, but {', '.join(missing)} not set ({present}): half a torchrun environment. {hint}")
+
+
+def _check_rank(name: str, value: int, size_name: str, size: int) -> None:
+    if size < 1:
+        raise EnvError(f"{size_name}={size} must be at least 1. HINT: check the launcher's arguments.")
+    if not 0 <= value < size:
+        raise EnvError(
+            f"{name}={value} is outside 0..{size - 1} ({size_name}={size}). "
+            "HINT: the launcher's variables disagree; do not set rank variables by hand in job scripts."
+        )
+
+
+def _int(name: str, value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise EnvError(f"{name}={value!r} is not an integer. HINT: unset {name} or set it to a whole number.") from None
+
+
+def _port(value: str) -> int:
+    port = _int("MASTER_PORT", value)
+    if not 1 <= port <= 65535:
+        raise EnvError(f"MASTER_PORT={port} is not a TCP port (1-65535). HINT: unset MASTER_PORT to let "
+                       "torchslurm derive a job-unique port.")
+    return port
+
+
+def _master_port(environ: Mapping[str, str], free_port: Callable[[], int]) -> int:
+    if "MASTER_PORT" in environ:
+        return _port(environ["MASTER_PORT"])
+    if "SLURM_JOB_ID" in environ:
+        return derived_port(environ["SLURM_JOB_ID"], environ.get("SLURM_STEP_ID"))
+    return free_port()
+
+
+def _job_id(environ: Mapping[str, str]) -> str | None:
+    if "SLURM_ARRAY_JOB_ID" in environ and "SLURM_ARRAY_TASK_ID" in environ:
+        return f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
+    return environ.get("SLURM_JOB_ID")
+
+
+def _first(environ: Mapping[str, str], *names: str, default: str | None = None) -> str:
+    for name in names:
+        if name in environ:
+            return environ[name]
+    if default is None:
+        raise EnvError(f"none of {', '.join(names)} is set.")
+    return default
