@@ -17,7 +17,7 @@ from torchslurm import __version__
 from torchslurm.errors import TorchSlurmError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("run",)
+COMMANDS: tuple[str, ...] = ("run", "sandbox")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except TorchSlurmError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
