@@ -1,0 +1,164 @@
+"""Checkpoints that readers see whole or not at all.
+
+Layout: `<root>/step-000000123/state.pt` plus `COMPLETE` (JSON: step, sha256 of state.pt). A
+checkpoint is written into a staging directory, fsynced, renamed into place (atomic within one
+filesystem), and only counts once its `COMPLETE` marker exists and its checksum matches.
+Loading uses `torch.load(weights_only=True)`: a checkpoint never unpickles arbitrary objects, so
+state is stored as tensors and plain Python types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchslurm.errors import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "state.pt"
+MARKER = "COMPLETE"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:09d}"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save(root: Path, step: int, state: Mapping[str, Any], keep_last: int = 2) -> Path:
+    """Write `state` as `<root>/step-N` atomically, then delete all but the newest `keep_last`
+    complete checkpoints. Call it on one rank only (rank 0)."""
+    root = Path(root)
+    final, staging = step_dir(root, step), root / f".staging-{step:09d}-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    torch.save(dict(state), staging / STATE_FILE)
+    _fsync(staging / STATE_FILE)
+    marker = {"step": step, "sha256": _sha256(staging / STATE_FILE)}
+    (staging / MARKER).write_text(json.dumps(marker) + "\n")
+    _fsync(staging / MARKER)
+    _fsync(staging)
+    if final.exists():  # the same step saved again (e.g. after a resume): swap the old one out
+        trash = root / f".trash-{step:09d}-{os.getpid()}"
+        os.replace(final, trash)
+        os.replace(staging, final)
+        shutil.rmtree(trash)
+    else:
+        os.replace(staging, final)  # rename(2): atomic within one filesystem
+    _fsync(root)
+    prune(root, keep_last)
+    logger.debug("checkpoint saved: %s", final)
+    return final
+
+
+def complete(root: Path) -> list[tuple[int, Path]]:
+    """Checkpoints under `root` that have a completion marker, oldest first."""
+    if not Path(root).is_dir():
+        return []
+    found = []
+    for child in Path(root).iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / MARKER).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def prune(root: Path, keep_last: int) -> list[Path]:
+    """Delete complete checkpoints older than the newest `keep_last`; return what was deleted."""
+    doomed = [path for _, path in complete(root)[:-keep_last]] if keep_last > 0 else []
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
+
+
+def _reason(exc: Exception) -> str:
+    """The informative line of torch.load's long messages (which also suggest weights_only=False)."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text[text.index(marker) + len(marker):]
+    return text.strip().split(". ")[0].split("\n")[0]
+
+
+def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load one checkpoint (a step-N directory or its state.pt), verifying marker and checksum."""
+    path = Path(path)
+    folder = path.parent if path.name == STATE_FILE else path
+    state_file, marker_file = folder / STATE_FILE, folder / MARKER
+    if not state_file.is_file():
+        raise CheckpointError(
+            f"checkpoint {path}: no {STATE_FILE} in {folder}. Expected a step-N directory written by "
+            "torchslurm. HINT: pass resume=<run_dir>/checkpoints/step-NNNNNNNNN, or resume=auto."
+        )
+    if not marker_file.is_file():
+        raise CheckpointError(
+            f"checkpoint {folder} has no {MARKER} marker: its writer did not finish. "
+            "HINT: resume from an older step-N directory, or use resume=auto to pick the newest complete one."
+        )
+    try:
+        expected = json.loads(marker_file.read_text())["sha256"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {folder}: unreadable {MARKER} marker ({exc}). "
+                              "HINT: delete this directory; resume=auto then uses the previous one.") from exc
+    actual = _sha256(state_file)
+    if actual != expected:
+        raise CheckpointError(
+            f"checkpoint {state_file} has sha256 {actual[:12]}…, but its marker says {expected[:12]}…: "
+            "the file is corrupt or truncated. HINT: delete this directory; resume=auto then uses the "
+            "previous complete checkpoint."
+        )
+    try:
+        state = torch.load(state_file, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises many types (pickle, zip, RuntimeError) for bad files
+        raise CheckpointError(
+            f"checkpoint {state_file} could not be loaded with weights_only=True: {_reason(exc)}. "
+            "HINT: store only tensors and plain Python types; a corrupt file: delete this directory, "
+            "resume=auto then uses the previous one."
+        ) from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {state_file} holds a {type(state).__name__}, expected a dict. "
+                              "HINT: it was not written by torchslurm; pass a torchslurm step-N directory.")
+    return state
+
+
+def load_latest(root: Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint that loads; a corrupt newer one is skipped with a warning.
+    None when there is no checkpoint at all."""
+    candidates = complete(root)
+    for _, path in reversed(candidates):
+        try:
+            return path, load(path, map_location)
+        except CheckpointError as exc:
+            logger.warning("skipping corrupt checkpoint %s: %s", path, exc)
+    if candidates:
+        raise CheckpointError(
+            f"all {len(candidates)} checkpoints in {root} are corrupt (see the warnings above). "
+            f"HINT: delete {root} to start afresh, or set resume=never."
+        )
+    return None
