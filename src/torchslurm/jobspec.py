@@ -322,6 +322,9 @@ def _check_text(spec: JobSpec) -> None:
                 f"{name}={value!r} contains {bad!r}; a job script line cannot hold it safely. "
                 f"HINT: remove the line break from {name} (for several setup lines give a list)."
             )
+    if "/" in spec.name:
+        raise ConfigError(f"name={spec.name!r} contains '/'; Slurm puts the name into log file names (%x). "
+                          "HINT: use a name without '/', e.g. " + repr(spec.name.replace("/", "-")) + ".")
     for name in ("script", "name", "python", "output"):
         if not getattr(spec, name).strip():
             raise ConfigError(f"{name} is empty. HINT: give a value for {name}.")

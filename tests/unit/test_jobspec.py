@@ -158,3 +158,8 @@ def test_nic_override_warns() -> None:
 def test_errors_sorted_first() -> None:
     spec = JobSpec(script="t.py", nic="eth0", backend="nccl")
     assert [f.severity for f in validate(spec)] == ["error", "warning"]
+
+
+def test_slash_in_name_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"name='a/b' contains '/'.*HINT: use a name without '/', e.g. 'a-b'"):
+        JobSpec(script="t.py", name="a/b")
