@@ -9,6 +9,7 @@ and never touches daemons, namespaces or files it did not create.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -68,6 +69,8 @@ class SandboxStatus:
     """Daemon name (munged, slurmctld, slurmd@nodeN) → its live pid, or None when not running."""
     node_states: dict[str, str] = field(default_factory=dict)
     """sinfo's state per node (idle, alloc, down*, ...)."""
+    started: bool = False
+    """True when the `up` call that returned this brought the sandbox up (False: it was already up)."""
 
     @property
     def healthy(self) -> bool:
@@ -294,7 +297,7 @@ def _up(cfg: SandboxConfig) -> SandboxStatus:
         _start_daemon(cfg, f"slurmd-{node_name(i)}", slurmd_argv(cfg, i))
     wait_ready(cfg)
     logger.info("sandbox up in %.1f s: %d nodes in %s", time.monotonic() - t0, cfg.nodes, cfg.lab_dir)
-    return status(cfg.lab_dir)
+    return dataclasses.replace(status(cfg.lab_dir), started=True)
 
 
 def down(lab_dir: Path | None = None) -> list[str]:
