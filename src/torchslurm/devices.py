@@ -1,0 +1,121 @@
+"""Which CUDA device this rank uses, decided from its environment and the visible device count.
+
+Pure, no torch: the caller passes `torch.cuda.device_count()`. The rules come from what a real
+slurmd 22.05 gave each task (../shared/slurm-lab.md §4):
+
+- CUDA_VISIBLE_DEVICES holds indexes among the devices this process can see, never physical
+  ones: with ConstrainDevices every task of `--gpus-per-task=1` sees `0`, and with
+  `--gpu-bind=map_gpu:3,1` a task sees `3` yet torch calls that device `cuda:0`. So the device
+  index is always a position among the `cuda_device_count` visible devices.
+- Either all ranks of a node see the same devices (index = local rank), or each srun task sees
+  only its own (per-task binding: `--gpus-per-task`, `--gpu-bind=per_task|single|map_gpu|mask_gpu`,
+  inherited through SLURM_GPU_BIND; index 0, or torchrun's local rank inside that task).
+- More ranks than visible devices is a ConfigError: two NCCL ranks on one GPU hang or crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from torchslurm import hostlist
+from torchslurm.errors import ConfigError
+
+__all__ = ["DeviceChoice", "choose_device", "per_task_binding"]
+
+# --gpu-bind types that give every task its own GPUs (man srun, --gpu-bind). `closest` does not:
+# tasks on one socket share the same set, so it counts as a shared view.
+_TASK_BINDS = ("per_task", "single", "map_gpu", "mask_gpu")
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """The device one rank should use."""
+
+    kind: Literal["cuda", "cpu"]
+    """"cuda" when this rank gets a GPU of its own, else "cpu"."""
+    index: int | None
+    """Index among the visible CUDA devices (what torch.device("cuda", index) takes); None on CPU."""
+    reason: str
+    """One sentence saying how the choice was made."""
+
+    @property
+    def name(self) -> str:
+        """torch's spelling: "cuda:1" or "cpu"."""
+        return "cpu" if self.index is None else f"{self.kind}:{self.index}"
+
+
+def choose_device(
+    environ: Mapping[str, str], local_rank: int, local_world_size: int, cuda_device_count: int
+) -> DeviceChoice:
+    """The device for the rank with this local placement; see the module docstring for the rules."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if cuda_device_count <= 0:
+        shown = "unset" if visible is None else repr(visible)
+        return DeviceChoice("cpu", None, f"no CUDA device is visible (CUDA_VISIBLE_DEVICES {shown}); using CPU")
+    slot, sharers, view = _slot(environ, local_rank, local_world_size, cuda_device_count)
+    if sharers > cuda_device_count or slot >= cuda_device_count:
+        raise ConfigError(
+            f"{sharers} ranks share the {cuda_device_count} CUDA device(s) visible here "
+            f"(CUDA_VISIBLE_DEVICES={visible!r}, {view}); rank slot {slot} has no GPU of its own, and two "
+            f"NCCL ranks on one GPU hang or crash. HINT: request one GPU per rank (--gpus-per-node="
+            f"{sharers}, or --gpus-per-task=1), or start {cuda_device_count} rank(s) per node "
+            f"(--ntasks-per-node={cuda_device_count} under srun, --nproc {cuda_device_count} locally)."
+        )
+    return DeviceChoice("cuda", slot, f"cuda:{slot} of {cuda_device_count} visible: {view}")
+
+
+def per_task_binding(environ: Mapping[str, str], cuda_device_count: int) -> str | None:
+    """Why this srun task's visible GPUs are its own, or None when the node's ranks share them.
+
+    Only inside an srun step: a batch shell also carries SLURM_GPU_BIND / SLURM_GPUS_PER_TASK,
+    but Slurm applies them to the tasks it starts, not to the shell.
+    """
+    if "SLURM_STEP_ID" not in environ:
+        return None
+    tres = environ.get("SLURMD_TRES_BIND", "").removeprefix("gpu:")
+    for name, value in (("SLURMD_TRES_BIND", tres), ("SLURM_GPU_BIND", environ.get("SLURM_GPU_BIND", ""))):
+        kinds = [part for part in value.split(",") if part and part != "verbose"]
+        if kinds and kinds[0].startswith(_TASK_BINDS):
+            return f"{name}={environ[name]} binds GPUs per task"
+    if environ.get("SLURM_GPUS_PER_TASK"):
+        return f"SLURM_GPUS_PER_TASK={environ['SLURM_GPUS_PER_TASK']} binds GPUs per task"
+    on_node = environ.get("SLURM_GPUS_ON_NODE", "")
+    if on_node.isdigit() and int(on_node) > cuda_device_count:
+        # Slurm gave the step more GPUs on this node than this task sees: the rest are its peers'.
+        return f"SLURM_GPUS_ON_NODE={on_node} but this task sees {cuda_device_count}"
+    return None
+
+
+def _slot(
+    environ: Mapping[str, str], local_rank: int, local_world_size: int, count: int
+) -> tuple[int, int, str]:
+    """(my index among the processes sharing my visible devices, how many share them, why)."""
+    torchrun = "TORCHELASTIC_RUN_ID" in environ
+    binding = per_task_binding(environ, count)
+    if binding is not None:
+        if torchrun:
+            return local_rank, local_world_size, f"{binding}; torchrun local rank {local_rank} inside the task"
+        return 0, 1, f"{binding}, so this task uses its first"
+    tasks_here = _srun_tasks_on_node(environ) if torchrun else 1
+    if tasks_here > 1:
+        # torchrun started by several srun tasks on one node: each torchrun numbers its workers
+        # from 0, so the srun local id must offset them or two workers pick the same GPU.
+        task = int(environ.get("SLURM_LOCALID", "0"))
+        slot = task * local_world_size + local_rank
+        return slot, tasks_here * local_world_size, (
+            f"all ranks of the node see the same GPUs; srun task {task} of {tasks_here} runs torchrun "
+            f"local rank {local_rank} of {local_world_size}")
+    shared = f"all {local_world_size} ranks of the node see the same GPUs; local rank {local_rank}"
+    return local_rank, local_world_size, shared
+
+
+def _srun_tasks_on_node(environ: Mapping[str, str]) -> int:
+    """srun tasks of this step on this node (1 outside an srun step)."""
+    per_node = environ.get("SLURM_STEP_TASKS_PER_NODE")
+    node = environ.get("SLURM_NODEID", "0")
+    if "SLURM_STEP_ID" not in environ or not per_node or not node.isdigit():
+        return 1
+    counts = hostlist.expand_counts(per_node)
+    return counts[int(node)] if int(node) < len(counts) else 1
