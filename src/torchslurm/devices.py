@@ -35,15 +35,15 @@ class DeviceChoice:
 
     kind: Literal["cuda", "cpu"]
     """"cuda" when this rank gets a GPU of its own, else "cpu"."""
-    index: int | None
-    """Index among the visible CUDA devices (what torch.device("cuda", index) takes); None on CPU."""
+    index: int
+    """Index among the visible CUDA devices (what torch.device("cuda", index) takes); -1 on CPU."""
     reason: str
     """One sentence saying how the choice was made."""
 
     @property
     def name(self) -> str:
         """torch's spelling: "cuda:1" or "cpu"."""
-        return "cpu" if self.index is None else f"{self.kind}:{self.index}"
+        return f"cuda:{self.index}" if self.kind == "cuda" else "cpu"
 
 
 def choose_device(
@@ -53,7 +53,7 @@ def choose_device(
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if cuda_device_count <= 0:
         shown = "unset" if visible is None else repr(visible)
-        return DeviceChoice("cpu", None, f"no CUDA device is visible (CUDA_VISIBLE_DEVICES {shown}); using CPU")
+        return DeviceChoice("cpu", -1, f"no CUDA device is visible (CUDA_VISIBLE_DEVICES {shown}); using CPU")
     slot, sharers, view = _slot(environ, local_rank, local_world_size, cuda_device_count)
     if sharers > cuda_device_count or slot >= cuda_device_count:
         raise ConfigError(

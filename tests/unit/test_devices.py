@@ -49,7 +49,7 @@ STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_L
 
 def test_no_gpu_is_cpu() -> None:
     choice = choose_device({"CUDA_VISIBLE_DEVICES": ""}, 1, 2, 0)
-    assert choice == DeviceChoice("cpu", None, "no CUDA device is visible (CUDA_VISIBLE_DEVICES ''); using CPU")
+    assert choice == DeviceChoice("cpu", -1, "no CUDA device is visible (CUDA_VISIBLE_DEVICES ''); using CPU")
     assert choice.name == "cpu"
 
 
