@@ -1,0 +1,340 @@
+"""Preemption and time limits: a signal or the job's deadline becomes a clean stop.
+
+    stop = Preemption(preemption_config(os.environ))
+    with stop:                                         # installs the signal handlers
+        result = Trainer(..., should_stop=stop.should_stop).fit()
+    if result.stopped_early:
+        sys.exit(stop.finish())                        # rank 0 requeues; every rank exits 75
+
+1. The handler of the warning signal (the job spec's `--signal`, USR2 by default) and of SIGTERM
+   only records the signal: no I/O and no collectives in a handler.
+2. `should_stop()` runs on every rank at each optimizer-step boundary: one all_reduce(MAX) of
+   three flags (warning signal, SIGTERM, deadline), so all ranks stop after the same step.
+3. The Trainer then checkpoints (rank 0 writes, every rank waits) and returns.
+4. `finish()`: rank 0 runs `scontrol requeue` (JOBID_TASKID for array tasks) unless
+   SLURM_RESTART_COUNT has reached max_requeues; after a barrier every rank gets
+   PREEMPTED_EXIT_CODE.
+
+Requeue follows the warning signal and the deadline only. SIGTERM means scancel (the user wants
+the job gone), the time limit itself (too late) or Slurm's own preemption (Slurm requeues by
+itself): the ranks checkpoint inside KillWait and exit, but do not requeue.
+
+Why USR2: on torch 2.13 (CPU wheel) neither `import torch` nor a Gloo process group installs a
+handler for USR1 or USR2 (measured: /proc/self/status SigCgt shows only SIGINT). c10's
+FatalSignalHandler uses SIGUSR2 for its stack dumps, but only after
+`torch._C._set_print_stack_traces_on_fatal_signal(True)` (torch's own test harness), and
+submitit/Lightning report USR1 clashes with NCCL; USR2 is the choice with no known user.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import FrameType, TracebackType
+from typing import Any
+
+from torchslurm.errors import ConfigError, SlurmError
+
+logger = logging.getLogger(__name__)
+
+PREEMPTED_EXIT_CODE = 75
+"""Exit code of every rank after a stop on request (sysexits' EX_TEMPFAIL: try again later)."""
+DEFAULT_SIGNAL = "USR2"
+DEFAULT_MAX_REQUEUES = 3
+DEFAULT_GRACE_S = 120.0
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
+
+Runner = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
+
+
+def run_command(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm command, capturing its output (the seam tests replace)."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(list(argv), 127, "", str(exc))
+
+
+@dataclass(frozen=True)
+class PreemptionConfig:
+    """When to stop and what to do afterwards; `preemption_config(environ)` fills it from a job."""
+
+    signal: str = DEFAULT_SIGNAL
+    """The warning signal (`--signal` of the job spec) without the SIG prefix; SIGTERM is always handled."""
+    max_requeues: int = DEFAULT_MAX_REQUEUES
+    """Rank 0 requeues only while SLURM_RESTART_COUNT is below this; 0 never requeues."""
+    grace_s: float = DEFAULT_GRACE_S
+    """Stop this many seconds before end_time (the fallback when the warning signal does not come)."""
+    end_time: float | None = None
+    """Unix time at which Slurm ends the job (its time limit); None: no deadline."""
+    check_every: int = 1
+    """Agree on stopping every N optimizer steps (each check is one all_reduce of 3 integers)."""
+
+    def __post_init__(self) -> None:
+        name = self.signal.upper().removeprefix("SIG")
+        object.__setattr__(self, "signal", name)
+        if name not in SIGNALS:
+            raise ConfigError(f"signal={self.signal!r} is not one of {', '.join(SIGNALS)}. "
+                              "HINT: USR2 (the default; NCCL may catch USR1).")
+        if self.max_requeues < 0:
+            raise ConfigError(f"max_requeues={self.max_requeues} is negative. HINT: 0 disables requeue; "
+                              f"the default is {DEFAULT_MAX_REQUEUES}.")
+        if self.grace_s < 0:
+            raise ConfigError(f"grace_s={self.grace_s:g} is negative. HINT: give the seconds a checkpoint "
+                              f"needs before the time limit, e.g. {DEFAULT_GRACE_S:g}.")
+        if self.check_every < 1:
+            raise ConfigError(f"check_every={self.check_every}, expected at least 1. HINT: check_every=1.")
+
+    @property
+    def deadline(self) -> float | None:
+        """Unix time after which a step boundary stops the run (end_time - grace_s)."""
+        return None if self.end_time is None else self.end_time - self.grace_s
+
+
+def preemption_config(environ: Mapping[str, str], run: Runner | None = None,
+                      **overrides: Any) -> PreemptionConfig:
+    """The config of this job from its environment.
+
+    TORCHSLURM_PREEMPT_SIGNAL, TORCHSLURM_MAX_REQUEUES and TORCHSLURM_GRACE_S come from the
+    generated sbatch script; the end time from TORCHSLURM_END_TIME (unix seconds, an override),
+    SLURM_JOB_END_TIME, or — when `run` is given — `scontrol show job`'s EndTime. Only rank 0
+    needs a deadline (the all_reduce spreads its decision), so pass `run` on rank 0 only.
+    """
+    values: dict[str, Any] = {
+        "signal": environ.get("TORCHSLURM_PREEMPT_SIGNAL", DEFAULT_SIGNAL),
+        "max_requeues": _number(environ, "TORCHSLURM_MAX_REQUEUES", DEFAULT_MAX_REQUEUES, int),
+        "grace_s": _number(environ, "TORCHSLURM_GRACE_S", DEFAULT_GRACE_S, float),
+        "end_time": job_end_time(environ, run),
+    }
+    values.update(overrides)
+    return PreemptionConfig(**values)
+
+
+def _number(environ: Mapping[str, str], name: str, default: Any, kind: Callable[[str], Any]) -> Any:
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not a number. HINT: e.g. {name}={default}, or unset it.") from None
+
+
+def job_end_time(environ: Mapping[str, str], run: Runner | None = None) -> float | None:
+    """When Slurm will end this job, in unix seconds; None outside Slurm or without a time limit."""
+    for name in ("TORCHSLURM_END_TIME", "SLURM_JOB_END_TIME"):
+        text = environ.get(name, "").strip()
+        if text:
+            try:
+                return float(text)
+            except ValueError:
+                raise ConfigError(f"{name}={text!r} is not unix seconds. HINT: e.g. {name}="
+                                  f"{int(time.time()) + 3600}, or unset it.") from None
+    job = requeue_target(environ)
+    if run is None or job is None:
+        return None
+    result = run(["scontrol", "show", "job", "-o", job], 30.0)
+    if result.returncode != 0:
+        logger.warning("no deadline: `scontrol show job %s` failed (%d): %s", job, result.returncode,
+                       result.stderr.strip())
+        return None
+    return parse_end_time(result.stdout)
+
+
+def parse_end_time(scontrol_text: str) -> float | None:
+    """EndTime= of `scontrol show job` (local time) as unix seconds; None when Unknown/None."""
+    for token in scontrol_text.split():
+        if token.startswith("EndTime="):
+            value = token.removeprefix("EndTime=")
+            try:
+                return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+def requeue_target(environ: Mapping[str, str]) -> str | None:
+    """What `scontrol requeue` needs: JOBID, or ARRAYJOBID_TASKID for an array task (requeueing
+    SLURM_JOB_ID of an array task works too, but the array form is what squeue shows)."""
+    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return environ.get("SLURM_JOB_ID") or None
+
+
+@dataclass(frozen=True)
+class RequeuePlan:
+    """Whether rank 0 requeues the job after a stop, and why (for the log)."""
+
+    target: str | None
+    """The job to requeue, or None to only exit."""
+    reason: str
+
+
+def plan_requeue(environ: Mapping[str, str], max_requeues: int, wanted: bool) -> RequeuePlan:
+    """Decide from data: requeue only in a Slurm job, when the stop asks for it, within budget."""
+    target = requeue_target(environ)
+    restarts_text = environ.get("SLURM_RESTART_COUNT", "0") or "0"
+    if not restarts_text.isdigit():
+        raise ConfigError(f"SLURM_RESTART_COUNT={restarts_text!r} is not a count. "
+                          "HINT: Slurm sets it; unset it when running outside Slurm.")
+    restarts = int(restarts_text)
+    if target is None:
+        return RequeuePlan(None, "not a Slurm job (no SLURM_JOB_ID): nothing to requeue")
+    if not wanted:
+        return RequeuePlan(None, "stopped by SIGTERM (scancel, time limit or Slurm's own preemption): "
+                                 "Slurm decides whether the job comes back")
+    if restarts >= max_requeues:
+        return RequeuePlan(None, f"SLURM_RESTART_COUNT={restarts} has reached max_requeues={max_requeues}")
+    return RequeuePlan(target, f"restart {restarts + 1} of at most {max_requeues}")
+
+
+def requeue(plan: RequeuePlan, run: Runner = run_command) -> None:
+    """Run `scontrol requeue`; raises SlurmError when Slurm refuses."""
+    if plan.target is None:
+        return
+    result = run(["scontrol", "requeue", plan.target], 60.0)
+    if result.returncode != 0:
+        raise SlurmError(
+            f"`scontrol requeue {plan.target}` failed ({result.returncode}): {result.stderr.strip()}. "
+            "HINT: submit with --requeue (torchslurm does when preemptible: true), and check that "
+            "JobRequeue is not 0 in slurm.conf; the checkpoint is saved, so resubmitting resumes."
+        )
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """What the ranks agreed on at a step boundary."""
+
+    warning: bool
+    """Some rank received the warning signal."""
+    terminate: bool
+    """Some rank received SIGTERM."""
+    deadline: bool
+    """Some rank passed the deadline (end_time - grace_s)."""
+
+    @property
+    def stop(self) -> bool:
+        return self.warning or self.terminate or self.deadline
+
+    @property
+    def wants_requeue(self) -> bool:
+        return self.warning or self.deadline
+
+    def describe(self, config: PreemptionConfig) -> str:
+        parts = [f"SIG{config.signal}"] if self.warning else []
+        parts += ["SIGTERM"] if self.terminate else []
+        parts += [f"the deadline ({config.grace_s:g} s before the time limit)"] if self.deadline else []
+        return " and ".join(parts) or "nothing"
+
+
+class Preemption:
+    """Signal handlers, step-boundary agreement and the requeue for one training run."""
+
+    def __init__(self, config: PreemptionConfig | None = None, *, environ: Mapping[str, str] | None = None,
+                 run: Runner = run_command, clock: Callable[[], float] = time.time) -> None:
+        self.config = config or PreemptionConfig()
+        self.environ = os.environ if environ is None else environ
+        self._run, self._clock = run, clock
+        self._received: set[int] = set()
+        self._previous: dict[int, Any] = {}
+        self._steps = 0
+        self.request = StopRequest(False, False, False)
+
+    @property
+    def signals(self) -> tuple[signal.Signals, ...]:
+        warning = signal.Signals[f"SIG{self.config.signal}"]
+        return tuple(dict.fromkeys((warning, signal.SIGTERM)))
+
+    def install(self) -> None:
+        """Install the handlers (main thread only); the previous ones come back on uninstall()."""
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    def __enter__(self) -> Preemption:
+        self.install()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.uninstall()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._received.add(signum)  # only record it: the step boundary does the rest
+
+    def local_request(self) -> StopRequest:
+        """This rank's view, without talking to the others."""
+        deadline = self.config.deadline
+        return StopRequest(
+            warning=signal.Signals[f"SIG{self.config.signal}"] in self._received,
+            terminate=signal.SIGTERM in self._received and self.config.signal != "TERM",
+            deadline=deadline is not None and self._clock() >= deadline,
+        )
+
+    def should_stop(self) -> bool:
+        """The Trainer's hook, called on every rank at each optimizer-step boundary: True on all
+        ranks, after the same step, once any rank has a reason to stop."""
+        self._steps += 1
+        if self.request.stop:
+            return True
+        if self._steps % self.config.check_every:
+            return False
+        self.request = agree(self.local_request())
+        if self.request.stop:
+            logger.info("stopping at this step boundary: %s", self.request.describe(self.config))
+        return self.request.stop
+
+    def finish(self, rank: int | None = None) -> int:
+        """After the checkpoint: rank 0 requeues (within budget), all ranks wait for it, and the
+        exit code for every rank is returned (PREEMPTED_EXIT_CODE)."""
+        rank = _rank() if rank is None else rank
+        if rank == 0:
+            plan = plan_requeue(self.environ, self.config.max_requeues, self.request.wants_requeue)
+            try:
+                requeue(plan, self._run)
+                logger.info("stopped on %s; %s", self.request.describe(self.config),
+                            f"requeued job {plan.target} ({plan.reason})" if plan.target else
+                            f"not requeued: {plan.reason}")
+            except SlurmError as exc:
+                logger.error("%s", exc)
+        _barrier()
+        return PREEMPTED_EXIT_CODE
+
+
+def agree(mine: StopRequest) -> StopRequest:
+    """All ranks' requests OR-ed with one all_reduce(MAX) of three integers (no-op without a group)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return mine
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    flags = torch.tensor([mine.warning, mine.terminate, mine.deadline], dtype=torch.int32, device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    warning, terminate, deadline = (bool(v) for v in flags.tolist())
+    return StopRequest(warning, terminate, deadline)
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
