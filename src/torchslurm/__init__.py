@@ -12,11 +12,14 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from torchslurm.distributed import DistContext, init, shutdown
+    from torchslurm.job import Job, submit
+    from torchslurm.jobspec import JobSpec
 
-__all__ = ["DistContext", "__version__", "init", "shutdown"]
+__all__ = ["DistContext", "Job", "JobSpec", "__version__", "init", "shutdown", "submit"]
 
 _LAZY = {"init": "torchslurm.distributed", "shutdown": "torchslurm.distributed",
-         "DistContext": "torchslurm.distributed"}
+         "DistContext": "torchslurm.distributed",
+         "submit": "torchslurm.job", "Job": "torchslurm.job", "JobSpec": "torchslurm.jobspec"}
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,9 @@ import pytest
 
 # Modules and commands that must work without torch.
 TORCH_FREE_MODULES = ["torchslurm", "torchslurm.errors", "torchslurm.hostlist", "torchslurm.distenv",
-                      "torchslurm.launch", "torchslurm.cli"]
+                      "torchslurm.launch", "torchslurm.cli",
+                      "torchslurm.jobspec", "torchslurm.sbatch", "torchslurm.lint", "torchslurm.slurm",
+                      "torchslurm.job"]
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"]]
 
 BLOCK_TORCH = textwrap.dedent("""
