@@ -114,15 +114,17 @@ def _exports(spec: JobSpec) -> dict[str, str]:
         out["NCCL_SOCKET_IFNAME"] = spec.nic
         out["GLOO_SOCKET_IFNAME"] = spec.nic
     if spec.preemptible:
+        # read by torchslurm.preemption.preemption_config() in every rank
         out["TORCHSLURM_PREEMPT_SIGNAL"] = spec.signal
+        out["TORCHSLURM_GRACE_S"] = str(spec.grace_s)
         out["TORCHSLURM_MAX_REQUEUES"] = str(spec.max_requeues if spec.requeue else 0)
     return out
 
 
 def rank_output(spec: JobSpec) -> str:
-    """The per-task output pattern: the job output's stem + `-rank%t` (srun expands %t)."""
+    """The per-task output pattern: the job output's stem + `-rank%t.out` (srun expands %t)."""
     stem = spec.output[: -len(".out")] if spec.output.endswith(".out") else spec.output
-    return f"{stem}-rank%t.out"
+    return f"{stem}-rank%t.out"  # job.rank_output_for finds these files again
 
 
 def _srun_options(spec: JobSpec) -> list[str]:

@@ -1,0 +1,104 @@
+"""`torchslurm script [spec flags] [SCRIPT ARGS...]`: print the sbatch script for a job spec.
+
+Also home of the spec flags shared with `submit`: one flag per JobSpec field, spelled like the
+field with `-` (`gpus_per_node` -> `--gpus-per-node`); flags win over the `--spec` file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from torchslurm import jobspec
+from torchslurm.errors import ConfigError
+from torchslurm.jobspec import Finding, JobSpec
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spec", type=Path, metavar="FILE", help="job spec file (YAML or TOML)")
+    group = parser.add_argument_group("job spec fields (override the --spec file)")
+    for f in dataclasses.fields(JobSpec):
+        if f.name in ("script", "args"):
+            continue
+        flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
+        doc = _field_doc(f.name)
+        if kind == "bool":
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=doc)
+        elif kind.startswith("tuple"):
+            group.add_argument(flag, action="append", metavar="LINE", help=doc + " (repeatable)")
+        elif kind.startswith("Mapping"):
+            group.add_argument(flag, action="append", metavar="KEY=VALUE", help=doc + " (repeatable)")
+        else:
+            conv = int if kind.startswith("int") else float if kind.startswith("float") else str
+            group.add_argument(flag, type=conv, default=None, metavar=f.name.upper(), help=doc)
+    parser.add_argument("--slurm-version", default=None, metavar="VERSION",
+                        help="check GPU flags against this Slurm version (e.g. 22.05), as printed by sbatch --version")
+    parser.add_argument("--force", action="store_true", help="go on despite errors in the spec")
+    parser.add_argument("script", nargs="?", help="training script (overrides `script` in --spec)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the training script")
+
+
+def _field_doc(name: str) -> str:
+    """The field's docstring from jobspec.py's source (one line), for --help."""
+    import inspect
+
+    source = inspect.getsource(JobSpec)
+    marker = f"    {name}:"
+    after = source.split(marker, 1)[1].split('"""', 2)
+    return after[1].strip() if len(after) > 2 else name
+
+
+def spec_from_args(args: argparse.Namespace) -> JobSpec:
+    overrides: dict[str, Any] = {}
+    for f in dataclasses.fields(JobSpec):
+        value = getattr(args, f.name, None)
+        if f.name in ("script", "args") or value is None:
+            continue
+        if str(f.type).startswith("Mapping"):
+            value = dict(_key_value(item) for item in value)
+        overrides[f.name] = tuple(value) if isinstance(value, list) else value
+    if args.script:
+        overrides["script"] = args.script
+        overrides["args"] = tuple(args.args)
+    return jobspec.load(args.spec, overrides)
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, eq, value = item.partition("=")
+    if not eq:
+        raise ConfigError(f"--env {item!r} has no '='. HINT: write --env NAME=VALUE, e.g. --env NCCL_DEBUG=INFO.")
+    return key, value
+
+
+def report(findings: list[Finding], force: bool) -> int:
+    """Print findings to stderr; 2 when there are errors (unless forced)."""
+    for finding in findings:
+        print(finding, file=sys.stderr)
+    errors = sum(f.severity == "error" for f in findings)
+    if errors and not force:
+        print(f"error: {errors} error(s) in the job spec; fix them or pass --force", file=sys.stderr)
+        return 2
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "script", help="print the sbatch script for a job spec (no Slurm needed)",
+        description="Render a job spec (file and/or flags) into a checked sbatch script on stdout; "
+        "findings (errors, warnings, the effective batch size) go to stderr.")
+    add_spec_arguments(parser)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from torchslurm.sbatch import render
+
+    spec = spec_from_args(args)
+    code = report(jobspec.validate(spec, args.slurm_version), args.force)
+    if code:
+        return code
+    sys.stdout.write(render(spec))
+    return 0

@@ -1,0 +1,38 @@
+"""`torchslurm status [JOB]`: the queue, or one job (scontrol when it already left the queue)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("status", help="show your jobs, or one job's state, exit code and logs")
+    parser.add_argument("job", nargs="?", help="job id (default: all your queued jobs)")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from torchslurm.slurm import SlurmClient
+
+    client = SlurmClient()
+    if args.job is None:
+        rows = client.queue(user=getpass.getuser())
+        print(f"{'JOBID':<10} {'STATE':<11} {'TIME':>10} {'LIMIT':>10} {'NODES':>5}  REASON/NODELIST  NAME")
+        for r in rows:
+            print(f"{r.job_id:<10} {r.state:<11} {r.elapsed:>10} {r.time_limit:>10} {r.nodes:>5}  "
+                  f"{r.reason:<16} {r.name}")
+        return 0
+    st = client.status(args.job)
+    print(f"job {st.job_id} ({st.name}): {st.state}")
+    print(f"  reason:   {st.reason}")
+    print(f"  nodes:    {st.nodes or '-'}")
+    print(f"  elapsed:  {st.elapsed} of {st.time_limit}")
+    if st.finished:
+        print(f"  exit:     {st.exit_code}")
+    if st.restarts:
+        print(f"  restarts: {st.restarts}")
+    print(f"  stdout:   {st.stdout}")
+    if st.stderr and st.stderr != st.stdout:
+        print(f"  stderr:   {st.stderr}")
+    return 0

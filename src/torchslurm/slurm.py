@@ -1,0 +1,184 @@
+"""SlurmClient: sbatch / squeue / scontrol / scancel behind one runner seam, and their parsers.
+
+The parsers are pure functions of the text Slurm printed; tests feed them outputs recorded on
+the sandbox cluster (tests/fixtures/slurm_output/). Accounting may be off (no slurmdbd, so
+`sacct` fails): a job that left the queue is looked up with `scontrol show job`, which keeps
+finished jobs for MinJobAge seconds (300 by default).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchslurm.errors import SlurmError
+
+logger = logging.getLogger(__name__)
+
+CommandRunner = Callable[..., "subprocess.CompletedProcess[str]"]
+"""`run(argv, timeout_s=..., cwd=None) -> CompletedProcess[str]` (text, stdout/stderr captured)."""
+
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                          "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
+# squeue fields, tab-separated; the job name goes last because it may contain anything but a newline
+SQUEUE_FORMAT = "%i\t%T\t%M\t%l\t%D\t%R\t%j"
+_SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z]*(?:/[A-Za-z]+)?|[a-z]+:[A-Za-z/]+)=")
+
+
+def run_command(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = None,
+                env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm command; a missing binary or a hang becomes a SlurmError."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+                              env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise SlurmError(f"{argv[0]} not found on PATH. HINT: run this on a Slurm login node, or bring up "
+                         "a local cluster with `torchslurm sandbox up` and export its SLURM_CONF.") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"{' '.join(argv)} did not answer within {timeout_s:g} s. HINT: check that "
+                         "slurmctld is up (`scontrol ping`).") from exc
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Where a job stands, from squeue or (after it left the queue) scontrol."""
+
+    job_id: str
+    state: str
+    """Slurm's JobState: PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ..."""
+    name: str = ""
+    reason: str = ""
+    """Why it is pending (Resources, Priority, BeginTime, ...) or the node list while running."""
+    nodes: str = ""
+    exit_code: str = ""
+    """`code:signal` as scontrol prints it, e.g. `0:0`; empty while running."""
+    elapsed: str = ""
+    time_limit: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    restarts: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "COMPLETED" and self.exit_code in ("", "0:0")
+
+
+def parse_job_id(stdout: str) -> str:
+    """`sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`."""
+    text = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    job_id = text.split(";")[0]
+    if not re.fullmatch(r"\d+", job_id):
+        raise SlurmError(f"sbatch --parsable printed {stdout.strip()!r}, expected a job id. "
+                         "HINT: check for a site wrapper around sbatch that prints extra text.")
+    return job_id
+
+
+def parse_squeue(stdout: str) -> list[JobStatus]:
+    """Rows of `squeue -h -o SQUEUE_FORMAT`."""
+    out = []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("\t", 6)
+        if len(parts) != 7:
+            raise SlurmError(f"squeue printed {line!r}, expected 7 tab-separated fields "
+                             f"({SQUEUE_FORMAT!r}). HINT: an SQUEUE_FORMAT variable may override -o; unset it.")
+        job_id, state, elapsed, limit, nodes, reason, name = parts
+        out.append(JobStatus(job_id=job_id, state=state, name=name, reason=reason.strip("()"),
+                             nodes=nodes, elapsed=elapsed, time_limit=limit))
+    return out
+
+
+def parse_scontrol(stdout: str) -> dict[str, str]:
+    """`scontrol show job -o` (or the multi-line form) as a dict. Values may contain spaces."""
+    text = " ".join(stdout.split("\n")).strip()
+    keys = list(_SCONTROL_KEY.finditer(text))
+    fields: dict[str, str] = {}
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(text)
+        fields.setdefault(m.group(1), text[m.end():end].strip())
+    return fields
+
+
+def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
+    if "JobId" not in fields or "JobState" not in fields:
+        raise SlurmError(f"scontrol show job printed no JobId/JobState (got keys {sorted(fields)[:8]}). "
+                         "HINT: run `scontrol show job <id>` yourself to see what it says.")
+    restarts = fields.get("Restarts", "0")
+    return JobStatus(job_id=fields["JobId"], state=fields["JobState"], name=fields.get("JobName", ""),
+                     reason=fields.get("Reason", "None"), nodes=fields.get("NodeList", ""),
+                     exit_code=fields.get("ExitCode", ""), elapsed=fields.get("RunTime", ""),
+                     time_limit=fields.get("TimeLimit", ""), stdout=fields.get("StdOut", ""),
+                     stderr=fields.get("StdErr", ""), restarts=int(restarts) if restarts.isdigit() else 0)
+
+
+class SlurmClient:
+    """The only place that runs Slurm commands. Tests pass `run=` a fake; the sandbox tests, none."""
+
+    def __init__(self, run: CommandRunner = run_command, environ: Mapping[str, str] | None = None) -> None:
+        self._run = run
+        self._env = environ
+
+    def _call(self, argv: list[str], timeout_s: float = 60, cwd: Path | None = None,
+              check: bool = True) -> subprocess.CompletedProcess[str]:
+        logger.debug("running %s", " ".join(argv))
+        kwargs: dict[str, object] = {"timeout_s": timeout_s}
+        if cwd is not None:
+            kwargs["cwd"] = cwd
+        if self._env is not None:
+            kwargs["env"] = self._env
+        result = self._run(argv, **kwargs)
+        if check and result.returncode != 0:
+            raise SlurmError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}. "
+                             "HINT: the message above is Slurm's; fix what it names and retry.")
+        return result
+
+    def submit(self, script: Path, cwd: Path | None = None) -> str:
+        """sbatch --parsable SCRIPT; the job id."""
+        return parse_job_id(self._call(["sbatch", "--parsable", str(script)], cwd=cwd).stdout)
+
+    def queue(self, job_id: str | None = None, user: str | None = None) -> list[JobStatus]:
+        """squeue rows (pending, running, completing). A job that left the queue gives []."""
+        argv = ["squeue", "-h", "-o", SQUEUE_FORMAT]
+        if job_id is not None:
+            argv += ["-j", job_id]
+        if user is not None:
+            argv += ["-u", user]
+        result = self._call(argv, check=False)
+        if result.returncode != 0:
+            if job_id is not None and "Invalid job id" in result.stderr:
+                return []
+            raise SlurmError(f"squeue failed ({result.returncode}): {result.stderr.strip()}. "
+                             "HINT: check SLURM_CONF and that slurmctld is up (`scontrol ping`).")
+        return parse_squeue(result.stdout)
+
+    def show_job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job -o JOB` fields (finished jobs stay visible for MinJobAge)."""
+        result = self._call(["scontrol", "show", "job", "-o", job_id], check=False)
+        if result.returncode != 0:
+            raise SlurmError(f"job {job_id} is unknown to Slurm: {result.stderr.strip()}. HINT: it may have "
+                             "finished more than MinJobAge ago (`scontrol show config | grep MinJobAge`); "
+                             "its log files are still on disk.")
+        # an array job shows one record per task, separated by blank lines / newlines in -o mode
+        first = result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
+        return parse_scontrol(first)
+
+    def status(self, job_id: str) -> JobStatus:
+        """scontrol's view (state, exit code, log paths); squeue only answers while queued."""
+        return status_from_scontrol(self.show_job(job_id))
+
+    def cancel(self, job_id: str, signal: str | None = None) -> None:
+        argv = ["scancel", job_id] if signal is None else ["scancel", f"--signal={signal}", job_id]
+        self._call(argv)
+
+    def version(self) -> str:
+        """`sbatch --version`, e.g. `slurm-wlm 22.05.8`."""
+        return self._call(["sbatch", "--version"]).stdout.strip()
