@@ -1,0 +1,120 @@
+"""Exact distributed metrics, the metrics.jsonl log, and curves.png.
+
+Exactness: each rank sums (loss·n, correct, n) over the samples it saw — validation shards
+never pad — and one float64 all_reduce adds the sums, so the result is the metric over the
+whole dataset, whatever the world size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over a dataset: loss·n, correct predictions, samples."""
+
+    loss_sum: float
+    correct: int
+    count: int
+
+    @property
+    def avg_loss(self) -> float:
+        return self.loss_sum / self.count if self.count else float("nan")
+
+    @property
+    def accuracy(self) -> float:
+        """Fraction in [0, 1]."""
+        return self.correct / self.count if self.count else float("nan")
+
+
+def batch_sums(output: torch.Tensor, target: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    """[loss·n, correct, n] for one batch as a float64 tensor on the batch's device (no sync).
+
+    `loss` is the batch mean (the default reduction of torch's losses); `correct` counts argmax
+    hits when the output is (N, classes) logits and the target class indices, else 0."""
+    n = target.shape[0]
+    correct = (output.argmax(dim=1) == target).sum() if output.dim() == 2 and target.dim() == 1 else 0
+    sums = torch.zeros(3, dtype=torch.float64, device=output.device)
+    sums[0], sums[1], sums[2] = loss.detach().double() * n, correct, n
+    return sums
+
+
+def all_reduce_sums(sums: torch.Tensor) -> torch.Tensor:
+    """Sum a float64 vector over all ranks (a no-op without a process group)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+    return sums
+
+
+def totals(sums: torch.Tensor) -> Totals:
+    loss_sum, correct, count = sums[:3].tolist()
+    return Totals(loss_sum=float(loss_sum), correct=round(correct), count=round(count))
+
+
+class MetricsLog:
+    """`<run_dir>/metrics.jsonl`: one JSON record per line, appended and flushed at once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(dict(record)) + "\n")
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        lines = self.path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def keep_until(self, step: int) -> None:
+        """Drop records written after optimizer step `step`: a resumed run re-does that work."""
+        kept = [r for r in self.records() if int(r.get("step", 0)) <= step] if step > 0 else []
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(tmp, self.path)
+
+
+def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """Loss and accuracy per epoch, and throughput, into one PNG (Agg backend: no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [r for r in records if r.get("kind") == "epoch"]
+    if not epochs:
+        return
+    x = [r["epoch"] for r in epochs]
+    fig, (ax_loss, ax_acc, ax_tput) = plt.subplots(1, 3, figsize=(13, 3.6))
+    ax_loss.plot(x, [r["train_loss"] for r in epochs], marker="o", label="train")
+    ax_loss.plot(x, [r["val_loss"] for r in epochs], marker="o", label="validation")
+    ax_loss.set(title="loss", xlabel="epoch")
+    ax_loss.legend()
+    ax_acc.plot(x, [100 * r["train_accuracy"] for r in epochs], marker="o", label="train")
+    ax_acc.plot(x, [100 * r["val_accuracy"] for r in epochs], marker="o", label="validation")
+    ax_acc.set(title="accuracy (%)", xlabel="epoch")
+    ax_acc.legend()
+    ax_tput.plot(x, [r["samples_per_s"] for r in epochs], marker="o", label="global")
+    ax_tput.plot(x, [r["samples_per_s_per_rank"] for r in epochs], marker="o", label="per rank")
+    ax_tput.set(title="throughput (samples/s)", xlabel="epoch")
+    ax_tput.legend()
+    fig.tight_layout()
+    tmp = Path(path).with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, path)

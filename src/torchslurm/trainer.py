@@ -1,0 +1,523 @@
+"""TrainConfig + Trainer: the small DDP loop of seeds 002/004, with exact metrics, atomic
+checkpoints and a bitwise-exact resume.
+
+Determinism: the order of the training data is a pure function of (seed, epoch) — the
+DistributedSampler's permutation and the DataLoader's own generator — so a resume replays
+the epoch and skips the batches already done; every rank's RNG states travel in the
+checkpoint. Checkpoints are taken only at optimizer-step boundaries.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+
+from torchslurm import checkpoint
+from torchslurm.errors import CheckpointError, ConfigError
+from torchslurm.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
+
+if TYPE_CHECKING:
+    from torchslurm.distributed import DistContext
+
+logger = logging.getLogger(__name__)
+
+LR_SCALINGS = ("none", "linear", "sqrt")
+AMP_MODES = ("off", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything the Trainer's loop needs; each field is also a `key=value` of `torchslurm train`."""
+
+    epochs: int = 5
+    """Passes over the training data."""
+    batch_size: int = 64
+    """Samples per rank per micro-step (the seeds' per-GPU batch size)."""
+    lr: float = 0.01
+    """Learning rate before lr_scaling; it overrides the optimizer's own lr."""
+    lr_scaling: str = "none"
+    """How lr grows with the world size: none | linear (lr·W) | sqrt (lr·√W)."""
+    grad_accum_steps: int = 1
+    """Micro-steps per optimizer step; DDP all-reduces only on the last one."""
+    amp: str = "off"
+    """Mixed precision: off | bf16 (autocast; CPU or GPU) | fp16 (autocast + GradScaler; CUDA only)."""
+    grad_clip: float = 0.0
+    """Clip the global gradient norm to this value; 0 disables clipping."""
+    num_workers: int = 0
+    """DataLoader worker processes per rank."""
+    pin_memory: bool = True
+    """Pin host memory for faster copies (used only on CUDA)."""
+    seed: int = 0
+    """Seeds data order, dropout and every RNG; same seed and world size → same losses."""
+    run_dir: Path = Path("runs/latest")
+    """Where checkpoints/, metrics.jsonl and curves.png go (shared by all nodes)."""
+    checkpoint_every_epochs: int = 1
+    """Checkpoint after every N-th epoch (0: only after the last epoch)."""
+    checkpoint_every_steps: int = 0
+    """Also checkpoint every N optimizer steps, mid-epoch (0: off)."""
+    keep_last: int = 2
+    """Complete checkpoints kept; older ones are deleted (at least 1)."""
+    resume: str = "auto"
+    """auto (newest complete checkpoint in run_dir, if any) | never | a step-N directory."""
+    log_every: int = 50
+    """Optimizer steps between progress lines and metrics.jsonl step records (0: off)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "run_dir", Path(self.run_dir))
+        for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last"):
+            _require(name, getattr(self, name), getattr(self, name) >= 1, "at least 1", f"{name}=1")
+        for name in ("num_workers", "checkpoint_every_epochs", "checkpoint_every_steps", "log_every"):
+            _require(name, getattr(self, name), getattr(self, name) >= 0, "0 or more", f"{name}=0")
+        _require("lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "a positive number", "lr=0.01")
+        _require("grad_clip", self.grad_clip, self.grad_clip >= 0, "0 (off) or a positive norm", "grad_clip=1.0")
+        _choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
+        _choice("amp", self.amp, AMP_MODES)
+        if not self.resume:
+            raise ConfigError("resume='' is empty; expected auto, never or a checkpoint directory. "
+                              "HINT: resume=auto continues from the newest checkpoint in run_dir.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only (for checkpoints and logs)."""
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+def _require(name: str, value: object, ok: bool, expected: str, example: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}={value!r}, expected {expected}. HINT: e.g. {example}.")
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {' | '.join(choices)}. HINT: {name}={choices[0]}.")
+
+
+TRAIN_CONFIG_FIELDS = tuple(f.name for f in fields(TrainConfig))
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What `Trainer.fit` did."""
+
+    stopped_early: bool
+    """True when should_stop() asked to stop; a checkpoint was saved first."""
+    epochs_done: int
+    global_step: int
+    val: Totals | None
+    """Validation totals of the last finished epoch in this run."""
+    checkpoint: Path | None
+    """The last checkpoint this run wrote (rank 0 knows it; other ranks see None)."""
+    run_dir: Path = field(default=Path("."))
+
+
+@dataclass(frozen=True)
+class _Topology:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    num_nodes: int
+    local_world_size: int
+    master: str
+
+
+def _topology(ctx: DistContext | None, environ: Mapping[str, str]) -> _Topology:
+    if ctx is not None:
+        env = ctx.env
+        return _Topology(ctx.rank, ctx.world_size, ctx.local_rank, ctx.device, ctx.backend, env.num_nodes,
+                         env.local_world_size, f"{env.master_addr}:{env.master_port}")
+    if dist.is_available() and dist.is_initialized():  # a process group the caller set up (torchrun-style)
+        world, backend = dist.get_world_size(), str(dist.get_backend())
+        local_world = int(environ.get("LOCAL_WORLD_SIZE", world))
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        master = f"{environ.get('MASTER_ADDR', '?')}:{environ.get('MASTER_PORT', '?')}"
+        return _Topology(dist.get_rank(), world, int(environ.get("LOCAL_RANK", 0)), device, backend,
+                         max(1, world // local_world), local_world, master)
+    return _Topology(0, 1, 0, torch.device("cpu"), "none", 1, 1, "local")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) — call before building the model."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states as tensors and plain types (loadable with weights_only=True)."""
+    version, internal, gauss = random.getstate()
+    key, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": {"key": key, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["key"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class _Skip(Sampler[int]):
+    """The wrapped sampler's indices after the first `skip` (resume inside an epoch)."""
+
+    def __init__(self, inner: DistributedSampler[Any], skip: int) -> None:
+        self.inner, self.skip = inner, skip
+
+    def __iter__(self) -> Iterator[int]:
+        it = iter(self.inner)
+        for _ in range(self.skip):
+            next(it)
+        return it
+
+    def __len__(self) -> int:
+        return max(0, len(self.inner) - self.skip)
+
+
+class _Shard(Sampler[int]):
+    """Rank r of W gets indices r, r+W, r+2W, … of the dataset: no padding, no repeats, so
+    validation sums over all ranks cover each sample exactly once (DistributedSampler would pad
+    by repeating samples and bias the metrics)."""
+
+    def __init__(self, size: int, rank: int, world_size: int) -> None:
+        self.indices = range(rank, size, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class Trainer:
+    """Train `model` with DDP on every rank of the current process group.
+
+    `optimizer` must hold the model's parameters; its lr is set from the config. `scheduler`
+    is a factory called with the optimizer and stepped after each optimizer step.
+    `should_stop` is called on every rank at each optimizer-step boundary; it must return the same
+    answer on all ranks (torchslurm's preemption agrees with one all_reduce). When true, the
+    Trainer saves a checkpoint and returns FitResult(stopped_early=True).
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 train_data: Dataset[Any], val_data: Dataset[Any], config: TrainConfig, *,
+                 ctx: DistContext | None = None,
+                 scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> None:
+        self.config, self.topo = config, _topology(ctx, os.environ)
+        self.device = self.topo.device
+        if config.amp == "fp16" and self.device.type != "cuda":
+            raise ConfigError(f"amp=fp16 on device {self.device}: fp16 with GradScaler needs CUDA. "
+                              "HINT: use amp=bf16 on CPU, or amp=off.")
+        self.model = model.to(self.device)
+        self.ddp: nn.Module = self.model
+        if self.topo.world_size > 1:
+            ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer, self.loss_fn = optimizer, loss_fn
+        self.train_data, self.val_data = train_data, val_data
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * self.lr_factor
+        self.scheduler = scheduler(optimizer) if scheduler else None
+        self.scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
+        self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
+        self.log = MetricsLog(config.run_dir / "metrics.jsonl")
+        self.epoch, self.batches_done, self.global_step = 0, 0, 0
+        self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
+        self._last_checkpoint: Path | None = None
+
+    @property
+    def lr_factor(self) -> float:
+        w = self.topo.world_size
+        return {"none": 1.0, "linear": float(w), "sqrt": math.sqrt(w)}[self.config.lr_scaling]
+
+    @property
+    def is_main(self) -> bool:
+        return self.topo.rank == 0
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def fit(self) -> FitResult:
+        """Train for config.epochs (resuming first, as config.resume says)."""
+        if not self._resume():
+            seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
+        self._announce()
+        val: Totals | None = None
+        while self.epoch < self.config.epochs:
+            started = time.perf_counter()
+            seen = self._train_epoch()
+            if seen is None:
+                path = self.save()
+                logger.info("stopping early at epoch %d step %d; checkpoint %s",
+                            self.epoch + 1, self.global_step, path or "(written by rank 0)")
+                return FitResult(True, self.epoch, self.global_step, val, path, self.config.run_dir)
+            val = self._finish_epoch(seen, time.perf_counter() - started)
+            if self._checkpoint_due():
+                self.save()
+        return FitResult(False, self.epoch, self.global_step, val, self._last_checkpoint, self.config.run_dir)
+
+    def _train_epoch(self) -> int | None:
+        """One epoch from self.batches_done on; samples seen, or None when should_stop() said so."""
+        cfg = self.config
+        loader = self._train_loader()
+        total = self.batches_done + len(loader)
+        accum, seen = cfg.grad_accum_steps, 0
+        window = torch.zeros(3, dtype=torch.float64, device=self.device)
+        tick = time.perf_counter()
+        self.ddp.train()
+        bar = self._progress_bar(total)
+        for inputs, targets in loader:
+            inputs = inputs.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            group_start = self.batches_done - self.batches_done % accum
+            group_size = min(accum, total - group_start)
+            self.batches_done += 1
+            boundary = self.batches_done % accum == 0 or self.batches_done == total
+            sync: AbstractContextManager[Any] = nullcontext()
+            if not boundary and isinstance(self.ddp, DistributedDataParallel):
+                sync = self.ddp.no_sync()  # gradients accumulate locally; all-reduce on the boundary
+            with sync:
+                with self._autocast():
+                    output = self.ddp(inputs)
+                    loss = self.loss_fn(output, targets)
+                scaled: torch.Tensor = self.scaler.scale(loss / group_size)
+                scaled.backward()  # type: ignore[no-untyped-call]
+            sums = batch_sums(output, targets, loss)
+            self._sums += sums
+            window += sums
+            seen += len(targets)
+            if bar is not None:
+                bar.update(1)
+            if not boundary:
+                continue
+            self._optimizer_step()
+            if cfg.log_every and self.global_step % cfg.log_every == 0:
+                tick = self._log_progress(window, tick, total)
+                window.zero_()
+            if cfg.checkpoint_every_steps and self.global_step % cfg.checkpoint_every_steps == 0 \
+                    and self.batches_done < total:
+                self.save()
+            if self.should_stop():
+                if bar is not None:
+                    bar.close()
+                return None
+        if bar is not None:
+            bar.close()
+        return seen
+
+    def _optimizer_step(self) -> None:
+        if self.config.grad_clip:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.global_step += 1
+
+    def _autocast(self) -> AbstractContextManager[Any]:
+        if self.config.amp == "off":
+            return nullcontext()
+        dtype = torch.bfloat16 if self.config.amp == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _train_loader(self) -> DataLoader[Any]:
+        cfg = self.config
+        sampler: DistributedSampler[Any] = DistributedSampler(
+            self.train_data, num_replicas=self.topo.world_size, rank=self.topo.rank, shuffle=True, seed=cfg.seed)
+        sampler.set_epoch(self.epoch)
+        # Own generator: worker seeds come from (seed, epoch), and creating the iterator does not
+        # draw from the global torch RNG (which the checkpoint restores for dropout & co).
+        generator = torch.Generator().manual_seed(cfg.seed * 100_003 + self.epoch)
+        return DataLoader(self.train_data, batch_size=cfg.batch_size,
+                          sampler=_Skip(sampler, self.batches_done * cfg.batch_size),
+                          num_workers=cfg.num_workers, pin_memory=self._pin, generator=generator)
+
+    @property
+    def _pin(self) -> bool:
+        return self.config.pin_memory and self.device.type == "cuda"
+
+    def evaluate(self, dataset: Dataset[Any] | None = None) -> Totals:
+        """Exact loss and accuracy over `dataset` (default: the validation data), all ranks together.
+        Every rank must call it."""
+        data = self.val_data if dataset is None else dataset
+        sampler = _Shard(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
+        loader = DataLoader(data, batch_size=self.config.batch_size, sampler=sampler,
+                            num_workers=self.config.num_workers, pin_memory=self._pin,
+                            generator=torch.Generator().manual_seed(self.config.seed))
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        self.model.eval()  # the unwrapped module: no DDP hooks or collectives per batch
+        with torch.no_grad(), self._autocast():
+            for inputs, targets in loader:
+                inputs, targets = inputs.to(self.device), targets.to(self.device)
+                output = self.model(inputs).float()
+                sums += batch_sums(output, targets, self.loss_fn(output, targets))
+        self.model.train()
+        return totals(all_reduce_sums(sums))
+
+    def _finish_epoch(self, seen: int, elapsed_s: float) -> Totals:
+        """Validate, reduce the epoch's sums, log the seed-style line, write metrics and plot."""
+        val = self.evaluate()
+        reduced = all_reduce_sums(torch.cat([self._sums, torch.tensor([float(seen)], dtype=torch.float64,
+                                                                       device=self.device)]))
+        train, seen_all = totals(reduced), float(reduced[3])
+        self.epoch, self.batches_done = self.epoch + 1, 0
+        self._sums.zero_()
+        if not self.is_main:
+            return val
+        rate = seen_all / elapsed_s if elapsed_s > 0 else 0.0
+        logger.info("Epoch %d - Avg Loss: %.6f, Accuracy: %.2f%%", self.epoch, val.avg_loss, 100 * val.accuracy)
+        logger.info("  train loss %.6f, train accuracy %.2f%%, %.0f samples/s (%.0f per rank), %.1f s",
+                    train.avg_loss, 100 * train.accuracy, rate, rate / self.topo.world_size, elapsed_s)
+        self.log.append({
+            "kind": "epoch", "epoch": self.epoch, "step": self.global_step, "train_loss": train.avg_loss,
+            "train_accuracy": train.accuracy, "val_loss": val.avg_loss, "val_accuracy": val.accuracy,
+            "val_samples": val.count, "samples_per_s": rate, "samples_per_s_per_rank": rate / self.topo.world_size,
+            "epoch_time_s": elapsed_s, "lr": self.optimizer.param_groups[0]["lr"],
+        })
+        plot_curves(self.log.records(), self.config.run_dir / "curves.png")
+        return val
+
+    def _checkpoint_due(self) -> bool:
+        every = self.config.checkpoint_every_epochs
+        return self.epoch == self.config.epochs or (every > 0 and self.epoch % every == 0)
+
+    # ---- output -----------------------------------------------------------------------------
+    def _announce(self) -> None:
+        t = self.topo
+        if not self.is_main:
+            return
+        plural = "es" if t.world_size != 1 else ""
+        logger.info("Starting distributed training on %d process%s (%d node%s × %d, %s, %s), master %s",
+                    t.world_size, plural, t.num_nodes, "s" if t.num_nodes != 1 else "", t.local_world_size,
+                    t.backend, t.device.type, t.master)
+        logger.info("run_dir %s: %d epochs, batch_size %d per rank, lr %g (%s scaling → %g)",
+                    self.config.run_dir, self.config.epochs, self.config.batch_size, self.config.lr,
+                    self.config.lr_scaling, self.config.lr * self.lr_factor)
+
+    def _progress_bar(self, total: int) -> Any:
+        """A tqdm bar on rank 0 when stdout is a terminal; None otherwise (plain lines instead)."""
+        if not self.is_main or not sys.stdout.isatty():
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, initial=self.batches_done, desc=f"epoch {self.epoch + 1}", leave=False,
+                    unit="batch", dynamic_ncols=True)
+
+    def _log_progress(self, window: torch.Tensor, tick: float, total: int) -> float:
+        now = time.perf_counter()
+        if self.is_main:
+            t = totals(window)
+            rate = t.count * self.topo.world_size / (now - tick) if now > tick else 0.0
+            lr = self.optimizer.param_groups[0]["lr"]
+            if not sys.stdout.isatty():
+                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f samples/s",
+                            self.epoch + 1, self.batches_done, total, self.global_step, t.avg_loss, lr, rate)
+            self.log.append({"kind": "step", "epoch": self.epoch + 1, "step": self.global_step,
+                             "loss": t.avg_loss, "lr": lr, "samples_per_s": rate})
+        return now
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.config.run_dir / "checkpoints"
+
+    def save(self) -> Path | None:
+        """Checkpoint at the current step boundary. Every rank must call it: RNG states are gathered
+        from all ranks, rank 0 writes, and a barrier keeps any rank from running ahead."""
+        mine = {"rng": rng_state(), "sums": self._sums.tolist()}
+        per_rank: list[Any] = [mine]
+        if self.topo.world_size > 1:
+            per_rank = [None] * self.topo.world_size
+            dist.all_gather_object(per_rank, mine)
+        path = None
+        if self.is_main:
+            state = {
+                "format": 1, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler else {},
+                "epoch": self.epoch, "batches_done": self.batches_done, "global_step": self.global_step,
+                "world_size": self.topo.world_size, "ranks": per_rank, "config": self.config.to_dict(),
+            }
+            path = checkpoint.save(self.checkpoint_dir, self.global_step, state, self.config.keep_last)
+            self._last_checkpoint = path
+            where = f"epoch {self.epoch + 1}, batch {self.batches_done}" if self.batches_done \
+                else f"after epoch {self.epoch}"
+            logger.info("checkpoint %s (%s, step %d)", path, where, self.global_step)
+        if self.topo.world_size > 1:
+            dist.barrier()
+        return path
+
+    def _choose_checkpoint(self) -> Path | None:
+        """Rank 0 picks (skipping corrupt ones with a warning) and tells the others, so all agree."""
+        resume = self.config.resume
+        choice: list[str | None] = [None]
+        if self.is_main and resume != "never":
+            if resume == "auto":
+                found = checkpoint.load_latest(self.checkpoint_dir)
+                choice[0] = str(found[0]) if found else None
+            else:
+                checkpoint.load(Path(resume))  # fail early, with the reason, on rank 0
+                choice[0] = resume
+        if self.topo.world_size > 1:
+            dist.broadcast_object_list(choice, src=0)
+        return Path(choice[0]) if choice[0] else None
+
+    def _resume(self) -> bool:
+        """Load model, optimizer, position and RNG states; False when starting fresh."""
+        path = self._choose_checkpoint()
+        if path is None:
+            if self.is_main:
+                self.log.keep_until(0)
+            return False
+        try:
+            state = checkpoint.load(path, map_location=self.device)
+        except CheckpointError as exc:
+            raise CheckpointError(f"rank {self.topo.rank} cannot read {path}: {exc} HINT: run_dir must be "
+                                  "on a filesystem every node sees (e.g. your home or project dir).") from exc
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        if self.scheduler is not None and state["scheduler"]:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.epoch, self.batches_done, self.global_step = state["epoch"], state["batches_done"], state["global_step"]
+        if state["world_size"] == self.topo.world_size:
+            mine = state["ranks"][self.topo.rank]
+            set_rng_state(mine["rng"])
+            self._sums = torch.tensor(mine["sums"], dtype=torch.float64, device=self.device)
+        else:
+            logger.warning("checkpoint %s was written by %d ranks, this run has %d: data order and RNG streams "
+                           "differ from an uninterrupted run%s", path, state["world_size"], self.topo.world_size,
+                           "; restarting the interrupted epoch" if self.batches_done else "")
+            self.batches_done = 0
+            seed_everything(self.config.seed + self.topo.rank + 1000 * self.epoch)
+        if self.is_main:
+            self.log.keep_until(self.global_step)
+            logger.info("Resuming from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batches_done,
+                        self.global_step)
+        return True

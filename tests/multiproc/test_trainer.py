@@ -1,0 +1,183 @@
+"""The Trainer on real local ranks (Gloo), started by `torchslurm run`.
+
+This file is also the rank program: `torchslurm run --nproc N test_trainer.py MODE OUT` runs
+`worker()` on every rank, which writes its findings as JSON for the test to check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.multiproc
+
+
+def _clean_environ() -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_"))
+            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+def _launch(nproc: int, mode: str, out: Path) -> dict[str, Any]:
+    result = subprocess.run([sys.executable, "-m", "torchslurm", "run", "--nproc", str(nproc), __file__, mode,
+                             str(out)], capture_output=True, text=True, timeout=300, env=_clean_environ())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    data: dict[str, Any] = json.loads((out / "result.json").read_text())
+    data["log"] = result.stderr
+    return data
+
+
+# ---- the rank program ---------------------------------------------------------------------------
+def _parts(run_dir: Path, seed: int = 0, **overrides: Any) -> tuple[Any, ...]:
+    import torch
+
+    from torchslurm import data
+    from torchslurm.models import SimpleConvNet
+    from torchslurm.trainer import TrainConfig, seed_everything
+
+    cfg = TrainConfig(**{"epochs": 3, "batch_size": 32, "lr": 0.05, "run_dir": run_dir, "log_every": 10,
+                         "seed": seed, **overrides})
+    seed_everything(cfg.seed)
+    model = SimpleConvNet(8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+    train, val = data.digits()
+    return model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg
+
+
+def _fit(ctx: Any, run_dir: Path, stop_at: int | None = None, **overrides: Any) -> tuple[Any, Any]:
+    from torchslurm.trainer import Trainer
+
+    model, optimizer, loss_fn, train, val, cfg = _parts(run_dir, **overrides)
+    trainer = Trainer(model, optimizer, loss_fn, train, val, cfg, ctx=ctx)
+    if stop_at is not None:  # the preemption seam: ranks agree because global_step is the same everywhere
+        trainer.should_stop = lambda: trainer.global_step == stop_at
+    return trainer, trainer.fit()
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _losses(run_dir: Path) -> list[float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] if r["kind"] == "step" else r["val_loss"] for r in records]
+
+
+def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    """Uninterrupted vs stopped-after-epoch-2, vs corrupt-newest fallback, vs stopped mid-epoch."""
+    full, full_result = _fit(ctx, out / "full")
+    again, _ = _fit(ctx, out / "again")
+    _fit(ctx, out / "epoch2", epochs=2)
+    if is_main():
+        shutil.copytree(out / "epoch2", out / "corrupt")
+        newest = sorted((out / "corrupt" / "checkpoints").iterdir())[-1] / "state.pt"
+        newest.write_bytes(newest.read_bytes()[:1000])
+    ctx_barrier()
+    resumed, resumed_result = _fit(ctx, out / "epoch2")
+    fallback, _ = _fit(ctx, out / "corrupt")
+    _, stopped = _fit(ctx, out / "mid", stop_at=30, checkpoint_every_epochs=0)
+    mid, _ = _fit(ctx, out / "mid", checkpoint_every_epochs=0)
+    _, stopped_accum = _fit(ctx, out / "accum", stop_at=13, grad_accum_steps=2)
+    accum_mid, _ = _fit(ctx, out / "accum", grad_accum_steps=2)
+    accum_full, _ = _fit(ctx, out / "accum_full", grad_accum_steps=2)
+    weights = full.model.state_dict()
+    return {
+        "same_seed_same_losses": _losses(out / "full") == _losses(out / "again"),
+        "same_seed_same_weights": _same(weights, again.model.state_dict()),
+        "resume_epoch2_equal": _same(weights, resumed.model.state_dict()),
+        "resume_started_at_epoch": resumed_result.epochs_done,
+        "fallback_equal": _same(weights, fallback.model.state_dict()),
+        "stopped": [stopped.stopped_early, stopped.global_step, stopped.epochs_done],
+        "mid_epoch_equal": _same(weights, mid.model.state_dict()),
+        "accum_stopped": [stopped_accum.stopped_early, stopped_accum.global_step],
+        "accum_mid_equal": _same(accum_full.model.state_dict(), accum_mid.model.state_dict()),
+        "accum_differs_from_plain": not _same(weights, accum_full.model.state_dict()),
+        "final_accuracy": full_result.val.accuracy,
+        "metrics_epochs": [json.loads(line)["epoch"] for line in (out / "mid" / "metrics.jsonl").read_text()
+                           .splitlines() if '"kind": "epoch"' in line],
+    }
+
+
+def _metrics_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    import torch
+
+    model, optimizer, loss_fn, train, val, cfg = _parts(out / "metrics")
+    model.load_state_dict(torch.load(out / "weights.pt", weights_only=True))
+    from torchslurm.trainer import Trainer
+
+    totals = Trainer(model, optimizer, loss_fn, train, val, cfg, ctx=ctx).evaluate()
+    return {"loss_sum": totals.loss_sum, "correct": totals.correct, "count": totals.count}
+
+
+def is_main() -> bool:
+    import torch.distributed as dist
+
+    return dist.get_rank() == 0
+
+
+def ctx_barrier() -> None:
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+def worker() -> None:
+    import torch.distributed as dist
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    mode, out = sys.argv[1], Path(sys.argv[2])
+    dist.init_process_group("gloo")
+    ctx = None
+    result = {"resume": _resume_worker, "metrics": _metrics_worker}[mode](ctx, out)
+    if dist.get_rank() == 0:
+        (out / "result.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+# ---- the tests ------------------------------------------------------------------------------------
+def test_resume_fallback_and_determinism_with_two_ranks(tmp_path: Path) -> None:
+    r = _launch(2, "resume", tmp_path)
+    assert r["same_seed_same_losses"] and r["same_seed_same_weights"]
+    assert r["resume_epoch2_equal"], "resumed after epoch 2 must equal the uninterrupted run bitwise"
+    assert "Resuming from" in r["log"] and "epoch 3, batch 0" in r["log"]
+    assert r["fallback_equal"], "fallback to the epoch-1 checkpoint must still reach the same weights"
+    assert "skipping corrupt checkpoint" in r["log"] and "corrupt/checkpoints/step-000000046" in r["log"]
+    assert r["stopped"] == [True, 30, 1]  # 23 steps per epoch with 2 ranks × 32: stopped in epoch 2
+    assert r["mid_epoch_equal"], "resume from a mid-epoch checkpoint must be bitwise identical"
+    assert r["accum_stopped"] == [True, 13] and r["accum_mid_equal"] and r["accum_differs_from_plain"]
+    assert r["metrics_epochs"] == [1, 2, 3]  # the resumed run's log has each epoch once
+    assert r["final_accuracy"] >= 0.9
+    assert "Starting distributed training on 2 processes (1 node × 2, gloo, cpu), master" in r["log"]
+    assert "Epoch 3 - Avg Loss: " in r["log"]
+    assert (tmp_path / "full" / "curves.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_validation_metrics_equal_one_process(tmp_path: Path, nproc: int) -> None:
+    import torch
+
+    from torchslurm.trainer import Trainer
+
+    model, optimizer, loss_fn, train, val, cfg = _parts(tmp_path / "single", epochs=1, log_every=0)
+    assert len(val) % nproc != 0, "the point: DistributedSampler would pad this dataset"
+    Trainer(model, optimizer, loss_fn, train, val, cfg).fit()  # one process, no process group
+    torch.save(model.state_dict(), tmp_path / "weights.pt")
+    single = Trainer(model, optimizer, loss_fn, train, val, cfg).evaluate()
+    r = _launch(nproc, "metrics", tmp_path)
+    assert (r["correct"], r["count"]) == (single.correct, single.count) == (r["correct"], len(val))
+    assert r["loss_sum"] == pytest.approx(single.loss_sum, rel=1e-6)  # float sums in another order
+
+
+if __name__ == "__main__":
+    worker()
