@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from torchslurm.distenv import DistEnv, detect
 from torchslurm.errors import ConfigError, DistributedError
+from torchslurm.preemption import PREEMPTED_EXIT_CODE
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ def execute(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts: i
 
 
 def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts: int) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -130,7 +132,21 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
         elastic_launch(config, entrypoint=launch_plan.argv[0])(*launch_plan.argv[1:])
     except ChildFailedError as exc:
         raise DistributedError(root_cause_message(exc), exit_code=_first_exit_code(exc)) from exc
+    except SignalException as exc:
+        raise DistributedError(signal_message(exc.sigval), exit_code=_signal_exit_code(exc.sigval)) from exc
     return 0
+
+
+def signal_message(sig: signal.Signals) -> str:
+    """The launcher got `sig`, forwarded it to the ranks and waited for them (up to 30 s)."""
+    return (f"torchslurm run received {sig.name} and passed it on to the ranks; ranks using torchslurm's "
+            f"preemption save a checkpoint and exit with code {PREEMPTED_EXIT_CODE}. HINT: run the same "
+            "command again to continue from the newest checkpoint (resume=auto).")
+
+
+def _signal_exit_code(sig: signal.Signals) -> int:
+    preempting = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    return PREEMPTED_EXIT_CODE if sig in preempting else 128 + int(sig)
 
 
 def root_cause_message(exc: object) -> str:
@@ -139,6 +155,10 @@ def root_cause_message(exc: object) -> str:
     if not failures:
         return f"a rank failed: {exc}"
     rank, first = failures[0]
+    if first.exitcode == PREEMPTED_EXIT_CODE:
+        return (f"rank {rank} (host {os.uname().nodename}) stopped on request with exit code "
+                f"{PREEMPTED_EXIT_CODE} (preempted or near the time limit) after saving a checkpoint. "
+                "HINT: run the same command again to continue from it (resume=auto).")
     lines = [f"rank {rank} failed first (host {os.uname().nodename}, pid {first.pid}, {_how(first.exitcode)}); "
              "its traceback is above in its output."]
     if first.message and first.message != "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html":
