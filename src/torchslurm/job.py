@@ -122,4 +122,4 @@ def rank_output_for(stdout_path: str) -> str:
 def filter_rank(text: str, rank: int) -> str:
     """Lines srun --label prefixed with `rank: ` (padded for wide ranks), without the prefix."""
     pattern = re.compile(rf"^\s*{rank}: ?(.*)$")
-    return "".join(m.group(1) + "\n" for line in text.splitlines() if (m := pattern.match(line)))
+    return "".join(m.group(1) + "\n" for line in text.split("\n") if (m := pattern.match(line)))

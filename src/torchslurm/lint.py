@@ -61,7 +61,10 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
     """Lines with backslash continuations joined, numbered by their first physical line."""
     out: list[tuple[int, str]] = []
     pending, start = "", 0
-    for number, raw in enumerate(text.splitlines(), start=1):
+    physical = text.split("\n")  # bash ends lines at \n only (str.splitlines knows 8 more)
+    if physical and physical[-1] == "":
+        physical.pop()
+    for number, raw in enumerate(physical, start=1):
         if not pending:
             start = number
         if raw.endswith("\\") and not raw.lstrip().startswith("#"):

@@ -2,10 +2,11 @@
 
 Two quoting worlds meet in a job script:
 - `#SBATCH` lines are comments to bash; sbatch reads them with its own tokenizer
-  (src/sbatch/opt.c `_get_argument`): `"` groups, `\\` escapes the next character and an
-  unescaped `#` ends the line even inside quotes. Single quotes are literal there, so
-  `shlex.quote` would put quote characters into the job name. `sbatch_quote` escapes for
-  that tokenizer and `sbatch_split` is the same tokenizer (lint uses it).
+  (src/sbatch/opt.c `_get_argument`, 22.05): `'` and `"` group, `\\` escapes the next
+  character, an unquoted `#` ends the line, an unmatched quote is fatal. Older sbatch knew
+  only `"` and ended the line at any `#`. `sbatch_quote` escapes every special character with
+  a backslash, which both versions read the same way; `sbatch_split` is the 22.05 tokenizer
+  (lint uses it; verified against the sandbox's sbatch in tests/cluster/test_jobs.py).
 - Everything bash runs is quoted with `shlex.quote`, so names, paths and arguments reach
   the program as data. Newlines are rejected earlier by JobSpec: they would end a line.
 """
@@ -24,35 +25,44 @@ from torchslurm.jobspec import JobSpec, spec_json
 # (slurm-lab.md pitfall 4).
 RDZV_PORT_EXPR = "$((10000 + SLURM_JOB_ID * 8 % 22768))"
 
-_SBATCH_SPECIAL = re.compile(r'([\\"#\s])')
+# C isspace() in the C locale, which sbatch uses; Python's str.isspace() knows more characters
+C_SPACE = " \t\n\v\f\r"
+_SBATCH_SPECIAL = re.compile(r"""([\\"'#\t\n\v\f\r ])""")
 
 
 def sbatch_quote(value: str) -> str:
-    """Escape `value` for sbatch's `#SBATCH` tokenizer (backslash before `\\ " #` and blanks)."""
+    """Escape `value` for sbatch's `#SBATCH` tokenizer (backslash before `\\ " ' #` and blanks)."""
     return _SBATCH_SPECIAL.sub(r"\\\1", value)
 
 
 def sbatch_split(line: str) -> list[str]:
-    """Split the text after `#SBATCH` exactly as sbatch does (opt.c `_get_argument`)."""
+    """Split the text after `#SBATCH` exactly as sbatch 22.05 does (opt.c `_get_argument`)."""
     args: list[str] = []
-    current: list[str] = []
-    quoted = escaped = False
+    current: list[str] | None = None
+    quote, escaped = "", False
     for ch in line:
         if escaped:
-            current.append(ch)
             escaped = False
         elif ch == "\\":
             escaped = True
-        elif ch == '"':
-            quoted = not quoted
+            current = current if current is not None else []
+            continue
+        elif quote:
+            if ch == quote:
+                quote = ""
+                continue
+        elif ch in "'\"":
+            quote, current = ch, current if current is not None else []
+            continue
         elif ch == "#":
             break
-        elif ch.isspace() and not quoted:
+        elif ch in C_SPACE:
             if current:
                 args.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
+            current = None
+            continue
+        current = current if current is not None else []
+        current.append(ch)
     if current:
         args.append("".join(current))
     return args

@@ -73,7 +73,7 @@ class JobStatus:
 
 def parse_job_id(stdout: str) -> str:
     """`sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`."""
-    text = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    text = stdout.strip().split("\n")[-1] if stdout.strip() else ""
     job_id = text.split(";")[0]
     if not re.fullmatch(r"\d+", job_id):
         raise SlurmError(f"sbatch --parsable printed {stdout.strip()!r}, expected a job id. "
@@ -84,7 +84,7 @@ def parse_job_id(stdout: str) -> str:
 def parse_squeue(stdout: str) -> list[JobStatus]:
     """Rows of `squeue -h -o SQUEUE_FORMAT`."""
     out = []
-    for line in stdout.splitlines():
+    for line in stdout.split("\n"):  # not splitlines: names may hold \x1c-\x1e
         if not line.strip():
             continue
         parts = line.split("\t", 6)
@@ -168,7 +168,7 @@ class SlurmClient:
                              "finished more than MinJobAge ago (`scontrol show config | grep MinJobAge`); "
                              "its log files are still on disk.")
         # an array job shows one record per task, separated by blank lines / newlines in -o mode
-        first = result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
+        first = result.stdout.strip().split("\n")[0] if result.stdout.strip() else ""
         return parse_scontrol(first)
 
     def status(self, job_id: str) -> JobStatus:

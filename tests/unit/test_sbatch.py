@@ -95,12 +95,13 @@ def test_gres_style() -> None:
     assert directives(JobSpec(script="t.py", gpus_per_node=2, gpu_flag="gres"))["gres"] == "gpu:2"
 
 
-@pytest.mark.parametrize("value", ["plain", "a b", 'say "hi"', "x#y", "back\\slash", "it's", "tab\there", ""])
+@pytest.mark.parametrize("value", ["plain", "a b", 'say "hi"', "x#y", "back\\slash", "it's", "tab\there", "",
+                                   "a\x1eb", "\u00a0", "v\vf\f"])
 def test_sbatch_quote_round_trips_through_sbatch_tokenizer(value: str) -> None:
     assert sbatch_split(f" --job-name={sbatch_quote(value)} --nodes=2") == [f"--job-name={value}", "--nodes=2"]
 
 
 def test_sbatch_split_matches_sbatch_rules() -> None:
     assert sbatch_split(' --job-name="a b" -N 2 # comment') == ["--job-name=a b", "-N", "2"]
-    assert sbatch_split(" --job-name='a b'") == ["--job-name='a", "b'"]  # single quotes are literal
-    assert sbatch_split(' --comment="x # y"') == ["--comment=x "]  # `#` ends the line even when quoted
+    assert sbatch_split(" --job-name='a b' -J it\\'s") == ["--job-name=a b", "-J", "it's"]
+    assert sbatch_split(' --comment="x # y" #c') == ["--comment=x # y"]  # only an unquoted `#` ends it

@@ -1,0 +1,160 @@
+"""Jobs end to end on the sandbox cluster: `torchslurm submit/status/logs/cancel` and the Job API.
+
+Set TORCHSLURM_RECORD_FIXTURES=1 to (re)write tests/fixtures/slurm_output/ from this run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from torchslurm.job import submit
+from torchslurm.jobspec import JobSpec
+from torchslurm.slurm import SQUEUE_FORMAT, SlurmClient, parse_scontrol, parse_squeue, status_from_scontrol
+
+if TYPE_CHECKING:
+    from conftest import Cluster
+
+pytestmark = pytest.mark.cluster
+
+PROBE = Path(__file__).with_name("job_probe.py")
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm_output"
+RECORD = os.environ.get("TORCHSLURM_RECORD_FIXTURES") == "1"
+
+
+def record(name: str, text: str) -> None:
+    if RECORD:
+        FIXTURES.mkdir(parents=True, exist_ok=True)
+        (FIXTURES / name).write_text(text)
+
+
+def cli(cluster: Cluster, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return cluster.run([cluster.python, "-m", "torchslurm", *args], timeout_s=timeout_s, cwd=cluster.job_dir)
+
+
+def wait_for(cluster: Cluster, job_id: str, states: set[str], timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    state = "?"
+    while time.monotonic() < deadline:
+        state = cluster.job(job_id).get("JobState", "?")
+        if state in states:
+            return state
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} never reached {states}; last state {state}")
+
+
+def probe_flags(cluster: Cluster, sleep_s: float, *extra: str) -> list[str]:
+    return ["--python", cluster.python, "--env", f"PROBE_SLEEP_S={sleep_s}", "--time", "5", *extra]
+
+
+def test_submit_status_logs_2x2(cluster: Cluster) -> None:
+    result = cli(cluster, "submit", "--name", "probe", "--nodes", "2", "--tasks-per-node", "2",
+                 *probe_flags(cluster, 4), "--run-dir", str(cluster.job_dir), str(PROBE), "--epochs", "1")
+    assert result.returncode == 0, result.stderr
+    job_id = re.search(r"submitted job (\d+)", result.stdout).group(1)  # type: ignore[union-attr]
+    cluster.job_ids.append(job_id)
+    assert f"output: {cluster.job_dir}/probe-{job_id}.out" in result.stdout
+
+    wait_for(cluster, job_id, {"RUNNING"})
+    running = cli(cluster, "status", job_id)
+    assert running.returncode == 0, running.stderr
+    assert f"job {job_id} (probe): RUNNING" in running.stdout
+    record("squeue_running.txt", cluster.run(["squeue", "-h", "-o", SQUEUE_FORMAT, "-j", job_id]).stdout)
+    record("scontrol_running.txt", cluster.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+
+    assert cluster.wait(job_id, timeout_s=90) == "COMPLETED"
+    done = cli(cluster, "status", job_id)
+    assert f"job {job_id} (probe): COMPLETED" in done.stdout and "exit:     0:0" in done.stdout
+    record("scontrol_completed.txt", cluster.run(["scontrol", "show", "job", job_id]).stdout)
+
+    logs = cli(cluster, "logs", job_id)
+    hosts = {m.group(1) for m in re.finditer(r"rank \d of 4 on (node\d)", logs.stdout)}
+    assert hosts == {"node1", "node2"}, logs.stdout
+    rank3 = cli(cluster, "logs", job_id, "--rank", "3").stdout
+    assert rank3.startswith("rank 3 of 4 on node2") and "rank 3 done" in rank3
+    assert "rank 2" not in rank3
+
+
+def test_cancel_stops_a_running_job(cluster: Cluster) -> None:
+    job = submit(JobSpec(script=str(PROBE), name="to-cancel", nodes=2, tasks_per_node=2, python=cluster.python,
+                         env={"PROBE_SLEEP_S": "120"}, time="5"),
+                 run_dir=cluster.job_dir, client=SlurmClient(environ=cluster.environ))
+    cluster.job_ids.append(job.id)
+    wait_for(cluster, job.id, {"RUNNING"})
+    record("squeue_user.txt", cluster.run(["squeue", "-h", "-o", SQUEUE_FORMAT]).stdout)
+    result = cli(cluster, "cancel", job.id)
+    assert result.returncode == 0, result.stderr
+    final = job.wait(timeout_s=60, poll_s=0.2)
+    assert final.state == "CANCELLED" and final.finished
+    record("scontrol_cancelled.txt", cluster.run(["scontrol", "show", "job", "-o", job.id]).stdout)
+    assert "rank 0 done" not in job.logs()
+
+
+def test_pending_job_and_unknown_job(cluster: Cluster) -> None:
+    client = SlurmClient(environ=cluster.environ)
+    script = cluster.job_dir / "held.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --hold --output={cluster.job_dir}/held-%j.out\ntrue\n")
+    sbatch = cluster.run(["sbatch", "--parsable", str(script)])
+    record("sbatch_parsable.txt", sbatch.stdout)
+    job_id = sbatch.stdout.strip()
+    cluster.job_ids.append(job_id)
+    (row,) = client.queue(job_id)
+    assert (row.state, row.reason) == ("PENDING", "JobHeldUser")
+    record("squeue_pending.txt", cluster.run(["squeue", "-h", "-o", SQUEUE_FORMAT, "-j", job_id]).stdout)
+    client.cancel(job_id)
+    assert client.queue("999999") == []
+    gone = cluster.run(["squeue", "-h", "-j", "999999"])
+    record("squeue_invalid_job.stderr", gone.stderr)
+    record("sbatch_version.txt", cluster.run(["sbatch", "--version"]).stdout)
+
+
+def test_live_outputs_parse(cluster: Cluster) -> None:
+    """The parsers on what this Slurm prints right now (the fixtures are a snapshot of the same)."""
+    job_id = cluster.sbatch("#!/bin/bash\n#SBATCH --job-name='a b'\nsleep 30\n")
+    wait_for(cluster, job_id, {"RUNNING"})
+    (row,) = parse_squeue(cluster.run(["squeue", "-h", "-o", SQUEUE_FORMAT, "-j", job_id]).stdout)
+    st = status_from_scontrol(parse_scontrol(cluster.run(["scontrol", "show", "job", job_id]).stdout))
+    assert (row.job_id, row.state, row.name) == (job_id, "RUNNING", "a b")  # sbatch 22.05 groups '...'
+    assert (st.job_id, st.state, st.name, st.nodes) == (job_id, "RUNNING", "a b", "node1")
+
+
+def test_hostile_values_reach_slurm_and_python_as_data(cluster: Cluster) -> None:
+    name = 'run "x" #1; $(touch pwned) `id`'
+    args = ["a b", "$(touch pwned)", "`touch pwned`", "; touch pwned", "it's", '"q"', "#not-comment", ""]
+    job = submit(JobSpec(script=str(PROBE), name=name, args=tuple(args), nodes=1, python=cluster.python,
+                         time="5"), run_dir=cluster.job_dir, client=SlurmClient(environ=cluster.environ))
+    cluster.job_ids.append(job.id)
+    assert job.wait(timeout_s=60, poll_s=0.2).state == "COMPLETED"
+    assert job.status().name == name
+    line = next(x for x in job.logs().splitlines() if "argv=" in x)
+    assert json.loads(line.split("argv=", 1)[1]) == args
+    assert not list(cluster.job_dir.rglob("pwned")) and not Path("pwned").exists()
+
+
+def test_torchrun_mode_signal_reaches_workers_not_agent(cluster: Cluster) -> None:
+    """--signal without B: reaches the workers under torchrun; the agent ignores it and lives on."""
+    job = submit(JobSpec(script=str(PROBE), name="trsig", nodes=2, launch="torchrun", nproc_per_node=2,
+                         cpus_per_task=2, python=cluster.python, env={"PROBE_SLEEP_S": "25"}, time="5",
+                         preemptible=True, grace_s=60, signal="USR2"),
+                 run_dir=cluster.job_dir, client=SlurmClient(environ=cluster.environ))
+    cluster.job_ids.append(job.id)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # all four workers up (torchrun + rendezvous take a few s)
+        text = Path(job.status().stdout).read_text() if Path(job.status().stdout).exists() else ""
+        if len(re.findall(r"rank \d of 4 on", text)) == 4:
+            break
+        time.sleep(0.2)
+    result = cli(cluster, "cancel", job.id, "--signal", "USR2")
+    assert result.returncode == 0, result.stderr
+    final = job.wait(timeout_s=90, poll_s=0.5)
+    text = job.logs()
+    assert final.state == "COMPLETED", text
+    assert sorted(re.findall(r"rank (\d) got SIGUSR2", text)) == ["0", "1", "2", "3"], text
+    assert len(re.findall(r"rank \d done", text)) == 4, text
