@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from torchslurm.config import DATASETS
 from torchslurm.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-DATASETS = ("digits", "mnist", "synthetic", "imagefolder")
 Split = tuple[Dataset[Any], Dataset[Any]]
 
 # IDX type codes (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT").

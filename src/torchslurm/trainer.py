@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,86 +29,16 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from torchslurm import checkpoint
+from torchslurm.config import TrainConfig
 from torchslurm.errors import CheckpointError, ConfigError
 from torchslurm.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
 
 if TYPE_CHECKING:
     from torchslurm.distributed import DistContext
 
+__all__ = ["FitResult", "TrainConfig", "Trainer", "seed_everything"]
+
 logger = logging.getLogger(__name__)
-
-LR_SCALINGS = ("none", "linear", "sqrt")
-AMP_MODES = ("off", "bf16", "fp16")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything the Trainer's loop needs; each field is also a `key=value` of `torchslurm train`."""
-
-    epochs: int = 5
-    """Passes over the training data."""
-    batch_size: int = 64
-    """Samples per rank per micro-step (the seeds' per-GPU batch size)."""
-    lr: float = 0.01
-    """Learning rate before lr_scaling; it overrides the optimizer's own lr."""
-    lr_scaling: str = "none"
-    """How lr grows with the world size: none | linear (lr·W) | sqrt (lr·√W)."""
-    grad_accum_steps: int = 1
-    """Micro-steps per optimizer step; DDP all-reduces only on the last one."""
-    amp: str = "off"
-    """Mixed precision: off | bf16 (autocast; CPU or GPU) | fp16 (autocast + GradScaler; CUDA only)."""
-    grad_clip: float = 0.0
-    """Clip the global gradient norm to this value; 0 disables clipping."""
-    num_workers: int = 0
-    """DataLoader worker processes per rank."""
-    pin_memory: bool = True
-    """Pin host memory for faster copies (used only on CUDA)."""
-    seed: int = 0
-    """Seeds data order, dropout and every RNG; same seed and world size → same losses."""
-    run_dir: Path = Path("runs/latest")
-    """Where checkpoints/, metrics.jsonl and curves.png go (shared by all nodes)."""
-    checkpoint_every_epochs: int = 1
-    """Checkpoint after every N-th epoch (0: only after the last epoch)."""
-    checkpoint_every_steps: int = 0
-    """Also checkpoint every N optimizer steps, mid-epoch (0: off)."""
-    keep_last: int = 2
-    """Complete checkpoints kept; older ones are deleted (at least 1)."""
-    resume: str = "auto"
-    """auto (newest complete checkpoint in run_dir, if any) | never | a step-N directory."""
-    log_every: int = 50
-    """Optimizer steps between progress lines and metrics.jsonl step records (0: off)."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "run_dir", Path(self.run_dir))
-        for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last"):
-            _require(name, getattr(self, name), getattr(self, name) >= 1, "at least 1", f"{name}=1")
-        for name in ("num_workers", "checkpoint_every_epochs", "checkpoint_every_steps", "log_every"):
-            _require(name, getattr(self, name), getattr(self, name) >= 0, "0 or more", f"{name}=0")
-        _require("lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "a positive number", "lr=0.01")
-        _require("grad_clip", self.grad_clip, self.grad_clip >= 0, "0 (off) or a positive norm", "grad_clip=1.0")
-        _choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
-        _choice("amp", self.amp, AMP_MODES)
-        if not self.resume:
-            raise ConfigError("resume='' is empty; expected auto, never or a checkpoint directory. "
-                              "HINT: resume=auto continues from the newest checkpoint in run_dir.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain types only (for checkpoints and logs)."""
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-
-
-def _require(name: str, value: object, ok: bool, expected: str, example: str) -> None:
-    if not ok:
-        raise ConfigError(f"{name}={value!r}, expected {expected}. HINT: e.g. {example}.")
-
-
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {' | '.join(choices)}. HINT: {name}={choices[0]}.")
-
-
-TRAIN_CONFIG_FIELDS = tuple(f.name for f in fields(TrainConfig))
-
 
 @dataclass(frozen=True)
 class FitResult:

@@ -1,0 +1,217 @@
+"""Configuration of a training run, torch-free so a login node can validate it.
+
+TrainConfig belongs to the Trainer's loop; ExampleConfig picks the data and model of the
+built-in examples. Both load from one flat YAML/TOML file plus `key=value` overrides, where each
+key is spelled exactly like the dataclass field.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from torchslurm.errors import ConfigError
+
+LR_SCALINGS = ("none", "linear", "sqrt")
+AMP_MODES = ("off", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything the Trainer's loop needs; each field is also a `key=value` of `torchslurm train`."""
+
+    epochs: int = 5
+    """Passes over the training data."""
+    batch_size: int = 64
+    """Samples per rank per micro-step (the seeds' per-GPU batch size)."""
+    lr: float = 0.01
+    """Learning rate before lr_scaling; it overrides the optimizer's own lr."""
+    lr_scaling: str = "none"
+    """How lr grows with the world size: none | linear (lr·W) | sqrt (lr·√W)."""
+    grad_accum_steps: int = 1
+    """Micro-steps per optimizer step; DDP all-reduces only on the last one."""
+    amp: str = "off"
+    """Mixed precision: off | bf16 (autocast; CPU or GPU) | fp16 (autocast + GradScaler; CUDA only)."""
+    grad_clip: float = 0.0
+    """Clip the global gradient norm to this value; 0 disables clipping."""
+    num_workers: int = 0
+    """DataLoader worker processes per rank."""
+    pin_memory: bool = True
+    """Pin host memory for faster copies (used only on CUDA)."""
+    seed: int = 0
+    """Seeds data order, dropout and every RNG; same seed and world size → same losses."""
+    run_dir: Path = Path("runs/latest")
+    """Where checkpoints/, metrics.jsonl and curves.png go (shared by all nodes)."""
+    checkpoint_every_epochs: int = 1
+    """Checkpoint after every N-th epoch (0: only after the last epoch)."""
+    checkpoint_every_steps: int = 0
+    """Also checkpoint every N optimizer steps, mid-epoch (0: off)."""
+    keep_last: int = 2
+    """Complete checkpoints kept; older ones are deleted (at least 1)."""
+    resume: str = "auto"
+    """auto (newest complete checkpoint in run_dir, if any) | never | a step-N directory."""
+    log_every: int = 50
+    """Optimizer steps between progress lines and metrics.jsonl step records (0: off)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "run_dir", Path(self.run_dir))
+        for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last"):
+            _require(name, getattr(self, name), getattr(self, name) >= 1, "at least 1", f"{name}=1")
+        for name in ("num_workers", "checkpoint_every_epochs", "checkpoint_every_steps", "log_every"):
+            _require(name, getattr(self, name), getattr(self, name) >= 0, "0 or more", f"{name}=0")
+        _require("lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "a positive number", "lr=0.01")
+        _require("grad_clip", self.grad_clip, self.grad_clip >= 0, "0 (off) or a positive norm", "grad_clip=1.0")
+        _choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
+        _choice("amp", self.amp, AMP_MODES)
+        if not self.resume:
+            raise ConfigError("resume='' is empty; expected auto, never or a checkpoint directory. "
+                              "HINT: resume=auto continues from the newest checkpoint in run_dir.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only (for checkpoints and logs)."""
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+def _require(name: str, value: object, ok: bool, expected: str, example: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}={value!r}, expected {expected}. HINT: e.g. {example}.")
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {' | '.join(choices)}. HINT: {name}={choices[0]}.")
+
+
+
+
+DATASETS = ("digits", "mnist", "synthetic", "imagefolder")
+MODELS = ("auto", "convnet", "simple", "resnet18")
+
+
+@dataclass(frozen=True)
+class ExampleConfig:
+    """What the built-in examples train on; each field is also a `key=value` of `torchslurm train`."""
+
+    dataset: str = "digits"
+    """digits (bundled with scikit-learn) | mnist (IDX files in data_dir) | synthetic | imagefolder."""
+    data_dir: Path | None = None
+    """Directory holding the data for mnist and imagefolder (readable by every rank)."""
+    model: str = "auto"
+    """auto (the dataset's usual model) | convnet (SimpleConvNet) | simple (10→50→2) | resnet18."""
+    momentum: float = 0.9
+    """SGD momentum."""
+    val_fraction: float = 0.2
+    """Share of digits/synthetic held out for validation (mnist uses its own test set)."""
+
+    def __post_init__(self) -> None:
+        if self.data_dir is not None:
+            object.__setattr__(self, "data_dir", Path(self.data_dir))
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("model", self.model, MODELS)
+        _require("momentum", self.momentum, 0 <= self.momentum < 1, "a number in [0, 1)", "momentum=0.9")
+        _require("val_fraction", self.val_fraction, 0 < self.val_fraction < 1, "a fraction in (0, 1)",
+                 "val_fraction=0.2")
+        if self.dataset in ("mnist", "imagefolder") and self.data_dir is None:
+            raise ConfigError(f"dataset={self.dataset} needs data_dir, which is not set. "
+                              f"HINT: add data_dir=/path/to/{self.dataset} (a directory every rank can read).")
+
+    @property
+    def resolved_model(self) -> str:
+        if self.model != "auto":
+            return self.model
+        return {"synthetic": "simple", "imagefolder": "resnet18"}.get(self.dataset, "convnet")
+
+
+def _field_types(cls: type) -> dict[str, str]:
+    return {f.name: str(f.type) for f in fields(cls)}
+
+
+def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
+    """`value` (parsed by YAML/TOML) as the field's type, or a ConfigError naming the field."""
+    if value is None and "None" in kind:
+        return None
+    base = kind.replace(" | None", "")
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str | int | float) and not isinstance(value, bool),
+        "Path": isinstance(value, str) and value != "",
+    }[base]
+    if not ok:
+        example = {"int": "3", "float": "0.01", "bool": "true", "str": "auto", "Path": "runs/demo"}[base]
+        wanted = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "text",
+                  "Path": "a path"}[base]
+        raise ConfigError(f"{name}={value!r} in {source}: expected {wanted}. "
+                          f"HINT: e.g. {name}={example}.")
+    return {"int": int, "float": float, "bool": bool, "str": str, "Path": Path}[base](value)
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """A flat mapping from a YAML (.yaml/.yml) or TOML (.toml) file; `-` in keys becomes `_`."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror}. HINT: check the path.") from exc
+    try:
+        raw = tomllib.loads(text) if Path(path).suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--config {path} is not valid {Path(path).suffix[1:] or 'YAML'}: {exc}. "
+                          "HINT: fix the syntax at the position shown.") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config {path} holds a {type(raw).__name__}, expected a mapping. "
+                          f"HINT: write `key: value` lines; valid keys: {', '.join(valid_keys())}.")
+    return {str(k).replace("-", "_"): v for k, v in raw.items()}
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """`["epochs=3", "run_dir=out"]` → {"epochs": 3, "run_dir": "out"}; values are read as YAML scalars."""
+    result: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{item!r} is not key=value. HINT: e.g. epochs=3 (keys: {', '.join(valid_keys())}).")
+        try:
+            value = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            value = text
+        result[key.strip().replace("-", "_")] = value
+    return result
+
+
+def valid_keys() -> list[str]:
+    return [*_field_types(ExampleConfig), *_field_types(TrainConfig)]
+
+
+def build(values: Mapping[str, Any], source: str = "key=value") -> tuple[ExampleConfig, TrainConfig]:
+    """Split one flat mapping into the two configs, coercing and validating every value."""
+    unknown = sorted(set(values) - set(valid_keys()))
+    if unknown:
+        raise ConfigError(f"unknown key(s) in {source}: {', '.join(unknown)}. "
+                          f"HINT: valid keys are {', '.join(valid_keys())}.")
+    parts: list[dict[str, Any]] = [{}, {}]
+    for i, cls in enumerate((ExampleConfig, TrainConfig)):
+        for name, kind in _field_types(cls).items():
+            if name in values:
+                parts[i][name] = _coerce(name, kind, values[name], source)
+    return ExampleConfig(**parts[0]), TrainConfig(**parts[1])
+
+
+def load(path: Path | None = None, overrides: Sequence[str] = (),
+         defaults: Mapping[str, Any] | None = None) -> tuple[ExampleConfig, TrainConfig]:
+    """Defaults, then the file, then `key=value` overrides (later wins)."""
+    values = dict(defaults or {})
+    if path is not None:
+        values.update(read_file(path))
+    values.update(parse_overrides(overrides))
+    where = f"--config {path} / key=value" if path else "key=value"
+    return build(values, where)
+

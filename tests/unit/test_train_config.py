@@ -1,0 +1,73 @@
+from pathlib import Path
+
+import pytest
+
+from torchslurm import config
+from torchslurm.config import ExampleConfig, TrainConfig
+from torchslurm.errors import ConfigError
+
+
+def test_defaults_are_valid_and_plain() -> None:
+    cfg = TrainConfig()
+    assert cfg.to_dict()["run_dir"] == "runs/latest" and isinstance(cfg.run_dir, Path)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"epochs": 0}, r"epochs=0, expected at least 1\. HINT: e\.g\. epochs=1\."),
+    ({"lr": -1.0}, r"lr=-1\.0, expected a positive number\. HINT"),
+    ({"lr_scaling": "cubic"}, r"lr_scaling='cubic' is not one of none \| linear \| sqrt\. HINT: lr_scaling=none"),
+    ({"amp": "fp8"}, r"amp='fp8' is not one of off \| bf16 \| fp16"),
+    ({"log_every": -1}, r"log_every=-1, expected 0 or more"),
+    ({"grad_clip": -0.5}, r"grad_clip=-0\.5, expected 0 \(off\) or a positive norm"),
+    ({"resume": ""}, r"resume='' is empty; expected auto, never or a checkpoint directory"),
+])
+def test_train_config_rejects(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_yaml_file_then_overrides_win(tmp_path: Path) -> None:
+    (tmp_path / "cfg.yaml").write_text("epochs: 7\nbatch-size: 16\nlr: 0.1\ndataset: synthetic\n")
+    example, cfg = config.load(tmp_path / "cfg.yaml", ["epochs=2", "run_dir=out dir", "amp=bf16"],
+                               defaults={"epochs": 4, "seed": 3})
+    assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.amp, cfg.seed) == (2, 16, 0.1, "bf16", 3)
+    assert cfg.run_dir == Path("out dir") and example.dataset == "synthetic" and example.resolved_model == "simple"
+
+
+def test_toml_file(tmp_path: Path) -> None:
+    (tmp_path / "cfg.toml").write_text('epochs = 3\nlr_scaling = "sqrt"\ngrad_clip = 1\n')
+    _, cfg = config.load(tmp_path / "cfg.toml")
+    assert (cfg.epochs, cfg.lr_scaling, cfg.grad_clip) == (3, "sqrt", 1.0)
+
+
+def test_int_lr_is_accepted_but_text_epochs_is_not() -> None:
+    assert config.load(overrides=["lr=1"])[1].lr == 1.0
+    with pytest.raises(ConfigError, match=r"epochs='many' in key=value: expected an integer\. HINT: e\.g\. epochs=3"):
+        config.load(overrides=["epochs=many"])
+
+
+def test_unknown_key_lists_valid_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) in key=value: epoch\. HINT: valid keys are dataset, "
+                                          r"data_dir, .*epochs, batch_size"):
+        config.load(overrides=["epoch=3"])
+
+
+def test_override_without_equals() -> None:
+    with pytest.raises(ConfigError, match=r"'epochs' is not key=value\. HINT: e\.g\. epochs=3"):
+        config.parse_overrides(["epochs"])
+
+
+def test_mnist_needs_data_dir() -> None:
+    with pytest.raises(ConfigError, match=r"dataset=mnist needs data_dir, which is not set\. HINT: add data_dir="):
+        ExampleConfig(dataset="mnist")
+
+
+def test_bad_yaml_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("epochs: [1,\n")
+    with pytest.raises(ConfigError, match=r"(?s)--config .*bad\.yaml is not valid yaml: .*HINT: fix the syntax"):
+        config.load(tmp_path / "bad.yaml")
+
+
+def test_null_data_dir_and_resume_path(tmp_path: Path) -> None:
+    example, cfg = config.load(overrides=["data_dir=null", f"resume={tmp_path}/step-000000005"])
+    assert example.data_dir is None and cfg.resume == f"{tmp_path}/step-000000005"
