@@ -13,7 +13,11 @@ timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
 with torchslurm.init(timeout_s=timeout) as ctx:
     value = torch.tensor([float(ctx.rank)])
     dist.all_reduce(value)
-    print(json.dumps({"script": "probe", "rank": ctx.rank, "world": ctx.world_size, "local_rank": ctx.local_rank,
-                      "launcher": ctx.env.launcher, "backend": ctx.backend, "device": str(ctx.device),
-                      "master": f"{ctx.env.master_addr}:{ctx.env.master_port}", "host": socket.gethostname(),
-                      "nic": dict(ctx.interface_env), "sum": value.item()}), flush=True)
+    record = {
+        "script": "probe", "rank": ctx.rank, "world": ctx.world_size, "local_rank": ctx.local_rank,
+        "launcher": ctx.env.launcher, "backend": ctx.backend, "device": str(ctx.device),
+        "master": f"{ctx.env.master_addr}:{ctx.env.master_port}", "host": socket.gethostname(),
+        "nic": dict(ctx.interface_env), "sum": value.item(),
+    }
+    sys.stdout.write(json.dumps(record) + "\n")  # one write: the ranks share one pipe
+    sys.stdout.flush()

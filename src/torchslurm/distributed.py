@@ -1,0 +1,191 @@
+"""The only place torch.distributed is set up: `torchslurm.init()` and `torchslurm.shutdown()`.
+
+    with torchslurm.init() as ctx:          # or: ctx = torchslurm.init(); ...; torchslurm.shutdown()
+        model = DDP(model.to(ctx.device), device_ids=ctx.device_ids)
+
+detect placement → choose device → choose backend → choose NIC → init_process_group with an
+explicit timeout → check that every rank joined. This module is the thin effectful shell; the
+decisions live in distenv, devices and netif.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+
+import torch
+import torch.distributed as dist
+
+from torchslurm import devices, netif
+from torchslurm.distenv import DistEnv, detect
+from torchslurm.errors import ConfigError, DistributedError
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("gloo", "nccl")
+DEFAULT_TIMEOUT_S = 300.0
+"""How long a rank waits for its peers (at init and in each collective) before failing.
+
+torch's default is 30 minutes for Gloo; a dead peer should not cost that much allocation."""
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """What a training script needs after init. Also a context manager that shuts down."""
+
+    env: DistEnv
+    """Placement: ranks, nodes, master, launcher and why."""
+    device: torch.device
+    """The device this rank computes on (cuda:i or cpu)."""
+    backend: str
+    """The process group backend: 'nccl' or 'gloo'."""
+    interface_env: Mapping[str, str]
+    """NIC variables torchslurm set for this process (empty when the user set them)."""
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+    @property
+    def is_main(self) -> bool:
+        return self.env.rank == 0
+
+    @property
+    def device_ids(self) -> list[int] | None:
+        """What DistributedDataParallel's device_ids wants: [index] on CUDA, None on CPU."""
+        return [self.device.index or 0] if self.device.type == "cuda" else None
+
+    def __enter__(self) -> DistContext:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        shutdown()
+
+
+def init(backend: str | None = None, timeout_s: float | None = None,
+         environ: MutableMapping[str, str] | None = None) -> DistContext:
+    """Initialise torch.distributed for this process, whatever launched it.
+
+    backend: 'nccl' or 'gloo'; default NCCL when this rank has a CUDA device, else Gloo.
+    timeout_s: how long to wait for peers (default DEFAULT_TIMEOUT_S).
+    environ: the process environment (default os.environ); NIC variables are written into it
+    because NCCL and Gloo read them from the process environment at init.
+    """
+    environ = os.environ if environ is None else environ
+    if dist.is_available() and dist.is_initialized():
+        raise DistributedError(
+            "torch.distributed is already initialised in this process. "
+            "HINT: call torchslurm.init() once, or torchslurm.shutdown() before calling it again."
+        )
+    env = detect(environ)
+    for warning in env.warnings:
+        logger.warning("%s", warning)
+    device = _device_for(env, environ)
+    chosen_backend = choose_backend(backend, device)
+    interface_env = netif.socket_ifname_env(environ, env.master_addr)
+    environ.update(interface_env)
+    timeout = timedelta(seconds=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+    logger.debug("rank %d: %s device=%s backend=%s nic=%s", env.rank, env.reason, device, chosen_backend,
+                 dict(interface_env))
+    _init_process_group(env, chosen_backend, device, timeout, environ)
+    _check_all_joined(env, device)
+    return DistContext(env=env, device=device, backend=chosen_backend, interface_env=interface_env)
+
+
+def shutdown() -> None:
+    """Destroy the process group if there is one; safe to call twice."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def choose_backend(requested: str | None, device: torch.device) -> str:
+    """NCCL for CUDA ranks, Gloo otherwise; an explicit choice is checked against the device."""
+    if requested is None:
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested not in BACKENDS:
+        raise ConfigError(f"backend={requested!r} is not supported; choose one of {', '.join(BACKENDS)}. "
+                          "HINT: leave backend unset to pick NCCL on GPUs and Gloo on CPUs.")
+    if requested == "nccl" and device.type != "cuda":
+        raise ConfigError(
+            "backend='nccl' but this rank has no CUDA device (torch.cuda.device_count()="
+            f"{torch.cuda.device_count()}). NCCL only runs on GPUs. HINT: use backend='gloo' on CPU "
+            "nodes, or request GPUs from Slurm (--gpus-per-node)."
+        )
+    return requested
+
+
+def _device_for(env: DistEnv, environ: Mapping[str, str]) -> torch.device:
+    choice = devices.choose_device(environ, env.local_rank, env.local_world_size, torch.cuda.device_count())
+    if choice.kind == "cuda":
+        torch.cuda.set_device(choice.index)
+        return torch.device("cuda", choice.index)
+    return torch.device("cpu")
+
+
+def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeout: timedelta,
+                        environ: Mapping[str, str]) -> None:
+    host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
+    try:
+        dist.init_process_group(
+            backend=backend, init_method=f"tcp://{host}:{env.master_port}", rank=env.rank,
+            world_size=env.world_size, timeout=timeout,
+            device_id=device if device.type == "cuda" else None,
+        )
+    except (RuntimeError, OSError, TimeoutError, ValueError) as exc:
+        raise DistributedError(_unreachable_message(env, timeout, environ, exc)) from exc
+
+
+def _check_all_joined(env: DistEnv, device: torch.device) -> None:
+    """One all_reduce of ones: every rank is in the group and the backend can move data."""
+    ones = torch.ones(1, device=device)
+    try:
+        dist.all_reduce(ones)
+    except (RuntimeError, OSError) as exc:
+        shutdown()
+        raise DistributedError(
+            f"rank {env.rank} joined the process group but the first all_reduce failed: {exc}. "
+            "HINT: a peer died during start-up, or the network between nodes drops traffic; "
+            "run `torchslurm run` again with -v for each rank's placement."
+        ) from exc
+    if int(ones.item()) != env.world_size:
+        shutdown()
+        raise DistributedError(
+            f"rank {env.rank}: {int(ones.item())} rank(s) answered but WORLD_SIZE={env.world_size}. "
+            "HINT: two jobs share MASTER_ADDR:MASTER_PORT; unset MASTER_PORT so torchslurm derives a "
+            "job-unique port."
+        )
+
+
+def _unreachable_message(env: DistEnv, timeout: timedelta, environ: Mapping[str, str],
+                         exc: BaseException) -> str:
+    nic = {k: environ[k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if k in environ}
+    role = "could not start the store on" if env.rank == 0 else "could not reach the master at"
+    return (
+        f"rank {env.rank} of {env.world_size} on host {socket.gethostname()} {role} "
+        f"{env.master_addr}:{env.master_port} within {timeout.total_seconds():g} s "
+        f"(launcher: {env.launcher}; interfaces: {nic or 'chosen by the backend'}): "
+        f"{_first_line(exc)}. "
+        "HINT: likely causes: rank 0 did not start or crashed (look at its log first); "
+        "MASTER_ADDR resolves to an address other nodes cannot reach (e.g. 127.0.1.1 in /etc/hosts); "
+        "a firewall blocks the port; the port is taken by another job (unset MASTER_PORT); "
+        "the ranks disagree on WORLD_SIZE. Placement: " + env.reason
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(exc).__name__

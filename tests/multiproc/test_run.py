@@ -1,0 +1,94 @@
+"""`torchslurm run` and `torchslurm.init()` with real local processes over Gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multiproc
+
+SCRIPTS = Path(__file__).parent / "scripts"
+TORCHSLURM = [sys.executable, "-m", "torchslurm"]
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """This machine's environment without launcher variables that would change the mode."""
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_"))
+            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR", **extra}
+
+
+def json_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("script", ["probe.py", "torchrun_style.py"])
+def test_run_four_local_ranks_agree_on_the_sum(script: str) -> None:
+    result = subprocess.run([*TORCHSLURM, "run", "--nproc", "4", str(SCRIPTS / script)],
+                            capture_output=True, text=True, timeout=180, env=clean_environ())
+    assert result.returncode == 0, result.stderr
+    lines = json_lines(result.stdout)
+    assert sorted(line["rank"] for line in lines) == [0, 1, 2, 3]
+    assert {line["sum"] for line in lines} == {6.0}
+    assert {line["world"] for line in lines} == {4}
+
+
+def test_probe_reports_placement_and_gloo_on_cpu() -> None:
+    result = subprocess.run([*TORCHSLURM, "run", "--nproc", "2", str(SCRIPTS / "probe.py")],
+                            capture_output=True, text=True, timeout=180, env=clean_environ())
+    assert result.returncode == 0, result.stderr
+    lines = json_lines(result.stdout)
+    assert {(line["backend"], line["device"], line["launcher"]) for line in lines} == {("gloo", "cpu", "torchrun")}
+    assert sorted(line["local_rank"] for line in lines) == [0, 1]
+
+
+def test_failing_rank_is_reported_first_with_its_exit_code() -> None:
+    result = subprocess.run([*TORCHSLURM, "run", "--nproc", "3", str(SCRIPTS / "fail_rank.py")],
+                            capture_output=True, text=True, timeout=180, env=clean_environ())
+    assert result.returncode == 7
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: rank 1 failed first") and "exit code 7" in error and "HINT:" in error
+
+
+def test_srun_style_tasks_exec_with_torchrun_variables() -> None:
+    """Two processes with the variables srun gives its tasks: `torchslurm run` makes them ranks."""
+    base = {"SLURM_JOB_ID": "91", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NODEID": "0",
+            "MASTER_PORT": str(free_port())}
+    procs = [subprocess.Popen([*TORCHSLURM, "run", str(SCRIPTS / "torchrun_style.py")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=clean_environ(**base, SLURM_PROCID=str(r), SLURM_LOCALID=str(r)))
+             for r in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
+    lines = [line for out, _ in outputs for line in json_lines(out)]
+    assert sorted((line["rank"], line["sum"]) for line in lines) == [(0, 1.0), (1, 1.0)]
+
+
+def test_unreachable_master_fails_within_the_timeout_with_a_clear_message() -> None:
+    port = free_port()  # nothing listens there: rank 0 never started
+    environ = clean_environ(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(SCRIPTS / "probe.py"), "3"], capture_output=True, text=True,
+                            timeout=120, env=environ)
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert f"rank 1 of 2 on host {socket.gethostname()} could not reach the master at 127.0.0.1:{port}" \
+        in result.stderr
+    assert "within 3 s" in result.stderr and "HINT:" in result.stderr
+    assert elapsed < 90, f"took {elapsed:.0f} s with a 3 s timeout"
