@@ -49,6 +49,7 @@ from torchslurm.sandbox_config import (
     slurmctld_argv,
     slurmd_argv,
     state_json,
+    veth_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -278,6 +279,10 @@ def up(cfg: SandboxConfig) -> SandboxStatus:
         elif cfg.lab_dir.exists() and any(cfg.lab_dir.iterdir()):
             raise ConfigError(f"--lab-dir={cfg.lab_dir} exists and is not a sandbox (no sandbox.json); "
                               "`down` would delete it. HINT: pass an empty or new directory as --lab-dir")
+        elif other is not None or any((NETNS_DIR / netns_name(i)).exists() for i in cfg.node_indexes()):
+            # A crashed sandbox whose files are gone (e.g. /tmp was cleaned): only its network remains.
+            logger.info("removing a stale sandbox network")
+            _down(cfg)
         ensure_packages()
         try:
             return _up(cfg)
@@ -347,8 +352,14 @@ def _down(cfg: SandboxConfig) -> list[str]:
         _run(["ip", "netns", "del", ns], check=False)
         removed.append(f"netns {ns}")
     if running_lab_dir() == cfg.lab_dir:
-        _run(["ip", "link", "del", BRIDGE], check=False)  # also removes the root ends of the veths
+        _run(["ip", "link", "del", BRIDGE], check=False)
         removed.append(f"bridge {BRIDGE}")
+    for i in cfg.node_indexes():
+        # A veth pair normally dies with its namespace, but the namespace outlives `ip netns del`
+        # while anything still holds it; deleting our end removes both ends at once.
+        if Path(f"/sys/class/net/{veth_name(i)}").exists():
+            _run(["ip", "link", "del", veth_name(i)], check=False)
+            removed.append(f"veth {veth_name(i)}")
     removed += _remove_cgroup_dirs(cfg)
     shutil.rmtree(cfg.lab_dir, ignore_errors=True)
     removed.append(f"dir {cfg.lab_dir}")
