@@ -14,24 +14,27 @@ from torchslurm.errors import ConfigError
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
-def _gpu_env_cases() -> list[Any]:
+def _cases(folder: str) -> list[Any]:
     cases = []
-    for path in sorted((FIXTURES / "gpu_env").glob("*.json")):
+    for path in sorted((FIXTURES / folder).glob("*.json")):
         data = json.loads(path.read_text())
-        for number, task in enumerate(data["tasks"]):
-            cases.append(pytest.param(task, id=f"{path.stem}-task{number}"))
+        for number, task in enumerate(data.get("tasks", [])):
+            if "expect" in task:
+                cases.append(pytest.param(task, id=f"{path.stem}-task{number}"))
     return cases
 
 
-GPU_ENV_CASES = _gpu_env_cases()
+GPU_ENV_CASES = _cases("gpu_env")  # slurm-lab.md §4, row by row
+SANDBOX_CASES = _cases("slurm_env")  # recorded on the sandbox cluster by tests/cluster/test_runtime_e2e.py
 
 
 def test_every_lab_row_has_a_fixture() -> None:
     assert len(list((FIXTURES / "gpu_env").glob("*.json"))) == 26
     assert len(GPU_ENV_CASES) == 92
+    assert len(SANDBOX_CASES) >= 16
 
 
-@pytest.mark.parametrize("task", GPU_ENV_CASES)
+@pytest.mark.parametrize("task", GPU_ENV_CASES + SANDBOX_CASES)
 def test_recorded_slurm_gpu_environments(task: dict[str, Any]) -> None:
     args = (task["environ"], task["local_rank"], task["local_world_size"], task["cuda_device_count"])
     expect = task["expect"]
