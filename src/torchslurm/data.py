@@ -179,3 +179,13 @@ def load(name: str, data_dir: Path | None = None, val_fraction: float = 0.2, see
         return mnist(data_dir) if name == "mnist" else image_folder(data_dir)
     raise ConfigError(f"dataset={name!r} is not known; valid: {', '.join(DATASETS)}. "
                       "HINT: dataset=digits needs no download.")
+
+
+def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:
+    """(input shape, number of classes) of a classification dataset from this module."""
+    if isinstance(dataset, TensorDataset):
+        inputs, labels = dataset.tensors[0], dataset.tensors[1]
+        return tuple(inputs.shape[1:]), int(labels.max()) + 1
+    classes = getattr(dataset, "classes", None)  # torchvision's ImageFolder
+    first = dataset[0][0]
+    return tuple(first.shape), len(classes) if classes is not None else 10

@@ -3,6 +3,8 @@ SimpleModel (seed 004, 10→50→2)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -52,3 +54,23 @@ class SimpleModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.net2(torch.relu(self.net1(x)))
         return out
+
+
+def build(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The model called `name` (convnet | simple | resnet18) for inputs of `input_shape`."""
+    if name == "convnet":
+        if len(input_shape) != 3:
+            raise ConfigError(f"model=convnet needs (channels, height, width) images, got inputs of shape "
+                              f"{input_shape}. HINT: use model=simple for flat features.")
+        return SimpleConvNet(input_shape[-1], num_classes, in_channels=input_shape[0])
+    if name == "simple":
+        return nn.Sequential(nn.Flatten(), SimpleModel(math.prod(input_shape), 50, num_classes))
+    if name == "resnet18":
+        try:
+            from torchvision.models import resnet18
+        except ImportError as exc:
+            raise ConfigError("model=resnet18 needs torchvision, which is not installed. HINT: pip install "
+                              "torchvision (the build matching your torch), or use model=convnet.") from exc
+        resnet: nn.Module = resnet18(num_classes=num_classes)
+        return resnet
+    raise ConfigError(f"model={name!r} is not one of convnet | simple | resnet18. HINT: model=convnet.")
