@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from torchslurm.distenv import PORT_BASE, PORT_SPAN, STEP_SLOTS, derived_port, detect
@@ -155,3 +158,19 @@ def test_broken_environment_is_a_clear_error(environ: dict[str, str], message: s
         detect(environ, free_port=lambda: 12345)
     assert message in str(info.value)
     assert "HINT:" in str(info.value) or "not a valid Slurm hostlist" in str(info.value)
+
+
+RECORDED = sorted((Path(__file__).parents[1] / "fixtures" / "slurm_env").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_recorded_srun_steps_give_every_task_a_distinct_rank_and_one_master(path: Path) -> None:
+    """Environments a real slurmd gave each task of a 2 nodes × 2 tasks step (the sandbox cluster)."""
+    tasks = json.loads(path.read_text())["tasks"]
+    envs = [detect(task["environ"], free_port=no_port) for task in tasks]
+    assert sorted(env.rank for env in envs) == list(range(len(tasks)))
+    assert {(env.world_size, env.num_nodes, env.master_addr, env.master_port, env.launcher) for env in envs} == {
+        (len(tasks), 2, "node1", envs[0].master_port, "srun")}
+    for env, task in zip(envs, tasks, strict=True):
+        assert env.rank == int(task["environ"]["SLURM_PROCID"])
+        assert (env.local_rank, env.local_world_size) == (task["local_rank"], task["local_world_size"])
