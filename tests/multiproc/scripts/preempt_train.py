@@ -1,0 +1,87 @@
+"""Training script of the preemption tests: Trainer + Preemption on synthetic data.
+
+    torchslurm run --nproc 2 preempt_train.py run_dir=DIR [epochs=3] [signal_at=RANK:STEP] ...
+
+key=value arguments (all optional but run_dir):
+  epochs, samples, batch_size, checkpoint_every_steps, seed — the TrainConfig / data knobs;
+  signal_at=RANK:STEP — that rank sends itself the preemption signal (a real kill) just before the
+                        boundary check after optimizer step STEP;
+  signal=NAME         — which signal signal_at sends (default: the configured one, USR2);
+  ballast_mb=N        — a frozen parameter of N MiB: makes checkpoints large (kill -9 mid-save);
+  step_sleep=S        — sleep S seconds per step (gives tests time to act mid-training).
+Writes DIR/pids/rank<R>.pid at start and, after an uninterrupted finish, DIR/final.pt (rank 0).
+Exit code: 0 when training finished, 75 (PREEMPTED_EXIT_CODE) after a stop on request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import torchslurm
+from torchslurm import data, preemption
+from torchslurm.trainer import TrainConfig, Trainer
+
+
+class Model(nn.Module):
+    def __init__(self, ballast_mb: int) -> None:
+        super().__init__()
+        self.net1, self.net2 = nn.Linear(10, 32), nn.Linear(32, 2)
+        # requires_grad=False: DDP neither reduces nor broadcasts it, yet it is saved.
+        self.ballast = nn.Parameter(torch.zeros(ballast_mb * 2**18), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net2(torch.relu(self.net1(x)))
+        return out
+
+
+def main(argv: list[str]) -> int:
+    args = dict(a.split("=", 1) for a in argv)
+    run_dir = Path(args["run_dir"])
+    with torchslurm.init() as ctx:
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                            format=f"[rank {ctx.rank} {socket.gethostname()}] %(name)s %(message)s")
+        (run_dir / "pids").mkdir(parents=True, exist_ok=True)
+        (run_dir / "pids" / f"rank{ctx.rank}.pid").write_text(f"{os.getpid()} {socket.gethostname()}\n")
+        config = TrainConfig(epochs=int(args.get("epochs", 3)), batch_size=int(args.get("batch_size", 16)),
+                             lr=0.05, seed=int(args.get("seed", 7)), run_dir=run_dir, log_every=0,
+                             checkpoint_every_steps=int(args.get("checkpoint_every_steps", 0)))
+        torch.manual_seed(config.seed)
+        model = Model(int(args.get("ballast_mb", 0)))
+        train, val = data.synthetic(num_samples=int(args.get("samples", 400)), seed=3)
+        stop = preemption.Preemption(
+            preemption.preemption_config(os.environ, run=preemption.run_command if ctx.rank == 0 else None))
+        sleep_s = float(args.get("step_sleep", 0))
+        who, _, when = args.get("signal_at", "-1:-1").partition(":")
+        sig = signal.Signals["SIG" + args.get("signal", stop.config.signal).upper().removeprefix("SIG")]
+        trainer: Trainer
+
+        def boundary() -> bool:
+            if ctx.rank == int(who) and trainer.global_step == int(when):
+                os.kill(os.getpid(), sig)
+            if sleep_s:
+                time.sleep(sleep_s)
+            return stop.should_stop()
+
+        with stop:
+            trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                              nn.CrossEntropyLoss(), train, val, config, ctx=ctx, should_stop=boundary)
+            result = trainer.fit()
+            if result.stopped_early:
+                print(f"rank {ctx.rank}: stopped at step {result.global_step}", flush=True)
+                return stop.finish()
+        if ctx.is_main:
+            torch.save(model.state_dict(), run_dir / "final.pt")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

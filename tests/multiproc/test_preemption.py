@@ -1,0 +1,133 @@
+"""Preemption with real local ranks (Gloo): stop on a signal, resume bitwise, survive kill -9 mid-save."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchslurm import checkpoint
+from torchslurm.preemption import PREEMPTED_EXIT_CODE
+
+pytestmark = pytest.mark.multiproc
+
+SCRIPT = Path(__file__).parent / "scripts" / "preempt_train.py"
+TORCHSLURM = [sys.executable, "-m", "torchslurm"]
+NETWORK = ("net1.weight", "net1.bias", "net2.weight", "net2.bias")
+
+
+def clean_environ() -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_", "TORCHSLURM_"))
+            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+def train(run_dir: Path, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TORCHSLURM, "run", "--nproc", "2", str(SCRIPT), f"run_dir={run_dir}", *args],
+                          capture_output=True, text=True, timeout=timeout_s, env=clean_environ())
+
+
+def start(run_dir: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*TORCHSLURM, "run", "--nproc", "2", str(SCRIPT), f"run_dir={run_dir}", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_environ())
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(run_dir / "final.pt", weights_only=True)
+    return {k: state[k] for k in NETWORK}
+
+
+def epoch_metrics(run_dir: Path) -> list[tuple[object, ...]]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    keys = ("epoch", "step", "train_loss", "train_accuracy", "val_loss", "val_accuracy")
+    return [tuple(r[k] for k in keys) for r in records if r["kind"] == "epoch"]
+
+
+def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"weights differ in {different}"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("uninterrupted")
+    result = train(run_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return run_dir
+
+
+def test_signal_on_one_rank_stops_all_after_the_same_step_and_resume_is_bitwise(
+        uninterrupted: Path, tmp_path: Path) -> None:
+    """Only rank 1 gets SIGUSR2, mid-epoch (step 9 of 10 per epoch): both ranks stop after step 9."""
+    stopped = train(tmp_path, "signal_at=1:9")
+    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stdout + stopped.stderr
+    assert "rank 0: stopped at step 9" in stopped.stdout and "rank 1: stopped at step 9" in stopped.stdout
+    assert "stopped on request with exit code 75" in stopped.stderr
+    assert [step for step, _ in checkpoint.complete(tmp_path / "checkpoints")] == [9]
+
+    resumed = train(tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Resuming from" in resumed.stdout and "epoch 1, batch 9, step 9" in resumed.stdout
+    assert_bitwise_equal(weights(uninterrupted), weights(tmp_path))
+    assert epoch_metrics(uninterrupted) == epoch_metrics(tmp_path)
+
+
+def test_sigterm_on_rank_0_stops_without_requeue(tmp_path: Path) -> None:
+    stopped = train(tmp_path, "signal_at=0:4", "signal=TERM", "epochs=1")
+    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stdout + stopped.stderr
+    assert "stopping at this step boundary: SIGTERM" in stopped.stdout
+    assert [step for step, _ in checkpoint.complete(tmp_path / "checkpoints")] == [4]
+
+
+def test_preemption_signal_to_the_launcher_reaches_the_ranks(tmp_path: Path) -> None:
+    proc = start(tmp_path, "step_sleep=0.2")
+    try:
+        while not (tmp_path / "pids" / "rank1.pid").exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.1)
+        time.sleep(1.0)  # a few steps in
+        proc.send_signal(signal.SIGUSR2)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == PREEMPTED_EXIT_CODE, output
+    assert "torchslurm run received SIGUSR2 and passed it on to the ranks" in output
+    assert "stopping at this step boundary: SIGUSR2" in output
+    assert checkpoint.complete(tmp_path / "checkpoints"), output
+
+
+def test_kill_9_during_checkpoint_write_resumes_from_the_previous_one(uninterrupted: Path, tmp_path: Path) -> None:
+    """A 64 MiB frozen parameter makes each save long enough to kill rank 0 inside it."""
+    args = ("ballast_mb=64", "checkpoint_every_steps=4")
+    proc = start(tmp_path, *args)
+    ckpt = tmp_path / "checkpoints"
+    try:
+        while not checkpoint.complete(ckpt):  # the first save (step 4) completes
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.01)
+        while not list(ckpt.glob(".staging-000000008-*")):  # the second one is being written
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.002)
+        rank0 = int((tmp_path / "pids" / "rank0.pid").read_text().split()[0])
+        os.kill(rank0, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0, output
+    assert "rank 0 failed first" in output and "killed by SIGKILL" in output
+    steps = [step for step, _ in checkpoint.complete(ckpt)]
+    assert steps and steps[-1] in (4, 8), steps  # 8 only if the rename won the race with the kill
+
+    resumed = train(tmp_path, *args)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"step {steps[-1]}" in resumed.stdout
+    assert_bitwise_equal(weights(uninterrupted), weights(tmp_path))
