@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -34,9 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def setup_logging(verbose: bool) -> None:
-    """Attach the one handler torchslurm uses; library modules only create loggers."""
+    """Attach the one handler torchslurm uses; library modules only create loggers.
+
+    Inside a rank (torchrun or srun task) every line says which rank wrote it.
+    """
+    rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID") if "SLURM_STEP_ID" in os.environ else None)
+    prefix = f"[torchslurm rank {rank}]" if rank is not None else "[torchslurm]"
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("[torchslurm] %(levelname)s %(message)s"))
+    handler.setFormatter(logging.Formatter(f"{prefix} %(levelname)s %(message)s"))
     root = logging.getLogger("torchslurm")
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
