@@ -3,10 +3,12 @@
 Two quoting worlds meet in a job script:
 - `#SBATCH` lines are comments to bash; sbatch reads them with its own tokenizer
   (src/sbatch/opt.c `_get_argument`, 22.05): `'` and `"` group, `\\` escapes the next
-  character, an unquoted `#` ends the line, an unmatched quote is fatal. Older sbatch knew
-  only `"` and ended the line at any `#`. `sbatch_quote` escapes every special character with
-  a backslash, which both versions read the same way; `sbatch_split` is the 22.05 tokenizer
-  (lint uses it; verified against the sandbox's sbatch in tests/cluster/test_jobs.py).
+  character, an unquoted `#` ends the line, an unmatched quote is fatal, and a blank ends
+  the argument even right after a backslash (the loop tests isspace() before the escape).
+  Older sbatch knew only `"` and ended the line at any unescaped `#`. So `sbatch_quote`
+  puts a value with special characters in double quotes and backslash-escapes `\\ " ' #`
+  inside them, which both versions read back as the value; `sbatch_split` is the 22.05
+  tokenizer (lint uses it; checked against the sandbox's sbatch in tests/cluster/test_jobs.py).
 - Everything bash runs is quoted with `shlex.quote`, so names, paths and arguments reach
   the program as data. Newlines are rejected earlier by JobSpec: they would end a line.
 """
@@ -27,45 +29,50 @@ RDZV_PORT_EXPR = "$((10000 + SLURM_JOB_ID * 8 % 22768))"
 
 # C isspace() in the C locale, which sbatch uses; Python's str.isspace() knows more characters
 C_SPACE = " \t\n\v\f\r"
-_SBATCH_SPECIAL = re.compile(r"""([\\"'#\t\n\v\f\r ])""")
+_SBATCH_ESCAPE = re.compile(r"""([\\"'#])""")
+_SBATCH_PLAIN = re.compile(r"""[^\\"'#\t\n\v\f\r ]*""")
 
 
 def sbatch_quote(value: str) -> str:
-    """Escape `value` for sbatch's `#SBATCH` tokenizer (backslash before `\\ " ' #` and blanks)."""
-    return _SBATCH_SPECIAL.sub(r"\\\1", value)
+    """`value` as one argument for sbatch's `#SBATCH` tokenizer: as is, or double-quoted."""
+    if _SBATCH_PLAIN.fullmatch(value):
+        return value
+    return '"' + _SBATCH_ESCAPE.sub(r"\\\1", value) + '"'
 
 
 def sbatch_split(line: str) -> list[str]:
     """Split the text after `#SBATCH` exactly as sbatch 22.05 does (opt.c `_get_argument`)."""
     args: list[str] = []
-    current: list[str] | None = None
-    quote, escaped = "", False
-    for ch in line:
-        if escaped:
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-            current = current if current is not None else []
-            continue
-        elif quote:
-            if ch == quote:
-                quote = ""
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i] in C_SPACE:
+            i += 1
+        if i >= n:
+            return args
+        current: list[str] = []
+        quote, escaped = "", False
+        while i < n and (quote or line[i] not in C_SPACE) and line[i] != "\n":
+            ch = line[i]
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped, i = True, i + 1
                 continue
-        elif ch in "'\"":
-            quote, current = ch, current if current is not None else []
-            continue
-        elif ch == "#":
-            break
-        elif ch in C_SPACE:
-            if current:
-                args.append("".join(current))
-            current = None
-            continue
-        current = current if current is not None else []
-        current.append(ch)
-    if current:
-        args.append("".join(current))
-    return args
+            elif quote:
+                if ch == quote:
+                    quote, i = "", i + 1
+                    continue
+            elif ch in "'\"":
+                quote, i = ch, i + 1
+                continue
+            elif ch == "#":
+                if current:
+                    args.append("".join(current))
+                return args
+            current.append(ch)
+            i += 1
+        if current:
+            args.append("".join(current))
 
 
 def directives(spec: JobSpec) -> dict[str, str | None]:

@@ -105,3 +105,4 @@ def test_sbatch_split_matches_sbatch_rules() -> None:
     assert sbatch_split(' --job-name="a b" -N 2 # comment') == ["--job-name=a b", "-N", "2"]
     assert sbatch_split(" --job-name='a b' -J it\\'s") == ["--job-name=a b", "-J", "it's"]
     assert sbatch_split(' --comment="x # y" #c') == ["--comment=x # y"]  # only an unquoted `#` ends it
+    assert sbatch_split(" -J a\\ b") == ["-J", "a", "b"]  # a blank ends the argument even when escaped
