@@ -95,6 +95,7 @@ def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     epochs = [r for r in records if r.get("kind") == "epoch"]
     if not epochs:
@@ -113,6 +114,8 @@ def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:
     ax_tput.plot(x, [r["samples_per_s_per_rank"] for r in epochs], marker="o", label="per rank")
     ax_tput.set(title="throughput (samples/s)", xlabel="epoch")
     ax_tput.legend()
+    for ax in (ax_loss, ax_acc, ax_tput):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     tmp = Path(path).with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=90)

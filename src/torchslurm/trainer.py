@@ -197,6 +197,9 @@ class Trainer:
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
         self._announce()
         val: Totals | None = None
+        if self.epoch >= self.config.epochs and self.is_main:
+            logger.info("%s already holds all %d epochs: nothing to train (epochs=%d to train more, "
+                        "resume=never to start over)", self.config.run_dir, self.epoch, self.epoch + 1)
         while self.epoch < self.config.epochs:
             started = time.perf_counter()
             seen = self._train_epoch()
