@@ -79,7 +79,7 @@ def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
     full, full_result = _fit(ctx, out / "full")
     again, _ = _fit(ctx, out / "again")
     _fit(ctx, out / "epoch2", epochs=2)
-    if is_main():
+    if ctx.is_main:
         shutil.copytree(out / "epoch2", out / "corrupt")
         newest = sorted((out / "corrupt" / "checkpoints").iterdir())[-1] / "state.pt"
         newest.write_bytes(newest.read_bytes()[:1000])
@@ -120,12 +120,6 @@ def _metrics_worker(ctx: Any, out: Path) -> dict[str, Any]:
     return {"loss_sum": totals.loss_sum, "correct": totals.correct, "count": totals.count}
 
 
-def is_main() -> bool:
-    import torch.distributed as dist
-
-    return dist.get_rank() == 0
-
-
 def ctx_barrier() -> None:
     import torch.distributed as dist
 
@@ -133,16 +127,14 @@ def ctx_barrier() -> None:
 
 
 def worker() -> None:
-    import torch.distributed as dist
+    import torchslurm
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     mode, out = sys.argv[1], Path(sys.argv[2])
-    dist.init_process_group("gloo")
-    ctx = None
-    result = {"resume": _resume_worker, "metrics": _metrics_worker}[mode](ctx, out)
-    if dist.get_rank() == 0:
-        (out / "result.json").write_text(json.dumps(result))
-    dist.destroy_process_group()
+    with torchslurm.init() as ctx:
+        result = {"resume": _resume_worker, "metrics": _metrics_worker}[mode](ctx, out)
+        if ctx.is_main:
+            (out / "result.json").write_text(json.dumps(result))
 
 
 # ---- the tests ------------------------------------------------------------------------------------
