@@ -26,7 +26,8 @@ FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_F
                           "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
 # squeue fields, tab-separated; the job name goes last because it may contain anything but a newline
 SQUEUE_FORMAT = "%i\t%T\t%M\t%l\t%D\t%R\t%j"
-_SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z]*(?:/[A-Za-z]+)?|[a-z]+:[A-Za-z/]+)=")
+# keys look like JobId, AllocNode:Sid, ReqB:S:C:T, CPUs/Task; `cpu=4` inside TRES=... has no blank before it
+_SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*(?:[:/][A-Za-z0-9_]+)*)=")
 
 
 def run_command(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = None,
@@ -167,8 +168,8 @@ class SlurmClient:
             raise SlurmError(f"job {job_id} is unknown to Slurm: {result.stderr.strip()}. HINT: it may have "
                              "finished more than MinJobAge ago (`scontrol show config | grep MinJobAge`); "
                              "its log files are still on disk.")
-        # an array job shows one record per task, separated by blank lines / newlines in -o mode
-        first = result.stdout.strip().split("\n")[0] if result.stdout.strip() else ""
+        # an array job shows one record per task: one line each with -o, blank-line separated without
+        first = re.split(r"\n(?=JobId=)|\n\s*\n", result.stdout.strip())[0]
         return parse_scontrol(first)
 
     def status(self, job_id: str) -> JobStatus:

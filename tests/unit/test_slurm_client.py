@@ -1,0 +1,201 @@
+"""SlurmClient and its parsers on outputs recorded from the sandbox's Slurm 22.05.8
+(tests/fixtures/slurm_output/, rewritten by TORCHSLURM_RECORD_FIXTURES=1 on the cluster tests),
+plus the job CLI commands with torch blocked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchslurm.errors import SlurmError
+from torchslurm.job import Job, filter_rank, rank_output_for
+from torchslurm.jobspec import parse_slurm_version
+from torchslurm.slurm import SlurmClient, parse_job_id, parse_scontrol, parse_squeue, status_from_scontrol
+
+OUT = Path(__file__).parent.parent / "fixtures" / "slurm_output"
+
+
+def fixture(name: str) -> str:
+    return (OUT / name).read_text()
+
+
+class FakeRun:
+    """Answers each command with a recorded output; remembers the argv it got."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers, self.calls = answers, []  # type: ignore[var-annotated]
+
+    def __call__(self, argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        code, out, err = self.answers[argv[0]]
+        return subprocess.CompletedProcess(list(argv), code, out, err)
+
+
+def test_parse_job_id() -> None:
+    assert parse_job_id(fixture("sbatch_parsable.txt")) == "3"
+    assert parse_job_id("42;cluster2\n") == "42"
+    with pytest.raises(SlurmError, match=r"sbatch --parsable printed 'Submitted batch job 4', expected a job id"):
+        parse_job_id("Submitted batch job 4")
+
+
+def test_parse_squeue_running_and_pending() -> None:
+    (running,) = parse_squeue(fixture("squeue_running.txt"))
+    assert (running.job_id, running.state, running.nodes, running.reason, running.name) == (
+        "1", "RUNNING", "2", "node[1-2]", "probe")
+    (pending,) = parse_squeue(fixture("squeue_pending.txt"))
+    assert (pending.state, pending.reason, pending.time_limit, pending.finished) == (
+        "PENDING", "JobHeldUser", "UNLIMITED", False)
+    assert [(r.job_id, r.name) for r in parse_squeue(fixture("squeue_user.txt"))] == [("2", "to-cancel")]
+    two = parse_squeue(fixture("squeue_running.txt") + fixture("squeue_pending.txt"))
+    assert [r.state for r in two] == ["RUNNING", "PENDING"]
+
+
+def test_parse_squeue_rejects_other_formats() -> None:
+    with pytest.raises(SlurmError, match=r"expected 7 tab-separated fields.*HINT: an SQUEUE_FORMAT variable"):
+        parse_squeue("JOBID PARTITION NAME\n")
+
+
+def test_scontrol_one_line_and_multi_line_forms_agree() -> None:
+    one = parse_scontrol(fixture("scontrol_running.txt"))
+    multi = parse_scontrol(fixture("scontrol_completed.txt"))
+    assert set(one) == set(multi)
+    st = status_from_scontrol(multi)
+    assert (st.job_id, st.name, st.state, st.exit_code, st.nodes, st.succeeded) == (
+        "1", "probe", "COMPLETED", "0:0", "node[1-2]", True)
+    assert st.stdout.endswith("/probe-1.out") and one["AllocNode:Sid"] == "localhost:2876"
+    assert one["NtasksPerN:B:S:C"] == "2:0:*:*" and one["Power"] == ""
+
+
+def test_cancelled_status() -> None:
+    st = status_from_scontrol(parse_scontrol(fixture("scontrol_cancelled.txt")))
+    assert (st.state, st.exit_code, st.finished, st.succeeded) == ("CANCELLED", "0:15", True, False)
+
+
+def test_values_with_spaces() -> None:
+    fields = parse_scontrol("JobId=9 JobName=a b c UserId=root(0) Reason=None StdOut=/x y/o.out Power=")
+    assert (fields["JobName"], fields["StdOut"], fields["Power"]) == ("a b c", "/x y/o.out", "")
+
+
+def test_version() -> None:
+    assert parse_slurm_version(fixture("sbatch_version.txt")) == (22, 5)
+
+
+def test_client_submit_and_errors() -> None:
+    run = FakeRun({"sbatch": (0, fixture("sbatch_parsable.txt"), "")})
+    assert SlurmClient(run=run).submit(Path("/r/job.sbatch")) == "3"
+    assert run.calls == [["sbatch", "--parsable", "/r/job.sbatch"]]
+    bad = FakeRun({"sbatch": (1, "", "sbatch: error: Batch job submission failed: Invalid partition name")})
+    with pytest.raises(SlurmError, match=r"sbatch --parsable /r/job.sbatch failed \(1\): sbatch: error: Batch "
+                                         r"job submission failed: Invalid partition name\. HINT"):
+        SlurmClient(run=bad).submit(Path("/r/job.sbatch"))
+
+
+def test_client_queue_of_a_job_that_left() -> None:
+    run = FakeRun({"squeue": (1, "", fixture("squeue_invalid_job.stderr"))})
+    assert SlurmClient(run=run).queue("999999") == []
+    with pytest.raises(SlurmError, match=r"squeue failed \(1\).*HINT: check SLURM_CONF"):
+        SlurmClient(run=run).queue()
+
+
+def test_client_status_and_cancel() -> None:
+    run = FakeRun({"scontrol": (0, fixture("scontrol_cancelled.txt"), ""), "scancel": (0, "", "")})
+    client = SlurmClient(run=run)
+    assert client.status("2").state == "CANCELLED"
+    client.cancel("2", signal="USR2")
+    assert run.calls[-1] == ["scancel", "--signal=USR2", "2"]
+    gone = FakeRun({"scontrol": (1, "", "slurm_load_jobs error: Invalid job id specified")})
+    with pytest.raises(SlurmError, match=r"job 77 is unknown to Slurm.*HINT: it may have finished more than "
+                                         "MinJobAge ago"):
+        SlurmClient(run=gone).status("77")
+
+
+def test_missing_binary_is_a_slurm_error() -> None:
+    from torchslurm.slurm import run_command
+
+    with pytest.raises(SlurmError, match=r"sbatch-not-here not found on PATH\. HINT: run this on a Slurm"):
+        run_command(["sbatch-not-here", "--version"])
+
+
+def test_job_wait_uses_clock_and_times_out() -> None:
+    running = fixture("scontrol_running.txt")
+    run = FakeRun({"scontrol": (0, running, "")})
+    now = [0.0]
+    job = Job("1", SlurmClient(run=run))
+    with pytest.raises(SlurmError, match=r"job 1 still RUNNING after 5 s"):
+        job.wait(timeout_s=5, poll_s=1, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
+
+
+def test_logs_by_rank(tmp_path: Path) -> None:
+    recorded = fixture("scontrol_completed.txt")
+    text = recorded.replace(str(Path(parse_scontrol(recorded)["StdOut"]).parent), str(tmp_path))
+    out = tmp_path / "probe-1.out"
+    out.write_text("0: rank 0 up\n 1: rank 1 up\n10: rank 10 up\n1: bye\n")
+    job = Job("1", SlurmClient(run=FakeRun({"scontrol": (0, text, "")})))
+    assert job.logs(1) == "rank 1 up\nbye\n"
+    assert filter_rank(out.read_text(), 10) == "rank 10 up\n"
+    (tmp_path / "probe-1-rank1.out").write_text("only rank 1\n")
+    assert rank_output_for(str(out)) == f"{tmp_path}/probe-1-rank%t.out"
+    assert job.logs(1) == "only rank 1\n"
+
+
+BLOCK_TORCH = textwrap.dedent("""
+    import sys
+    class BlockTorch:
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+    sys.meta_path.insert(0, BlockTorch())
+    from torchslurm.cli import main
+    code = main(sys.argv[1:])
+    assert "torch" not in sys.modules, "torch was imported"
+    sys.exit(code)
+""")
+
+
+def run_cli_without_torch(args: list[str], cwd: Path, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", BLOCK_TORCH, *args], capture_output=True, text=True, timeout=60,
+                          cwd=cwd, env={"PATH": path})
+
+
+def test_script_lint_submit_work_without_torch(tmp_path: Path) -> None:
+    script = run_cli_without_torch(["script", "--nodes", "2", "--gpus-per-node", "4", "train.py", "--lr", "1"],
+                                   tmp_path)
+    assert script.returncode == 0, script.stderr
+    assert "#SBATCH --ntasks-per-node=4" in script.stdout and "python train.py --lr 1" in script.stdout
+    (tmp_path / "job.sbatch").write_text(script.stdout)
+    lint = run_cli_without_torch(["lint", "job.sbatch"], tmp_path)
+    assert (lint.returncode, lint.stdout) == (0, "job.sbatch: ok\n"), lint.stderr
+    # submit needs sbatch: a stand-in that prints what the real one printed (the real one: cluster tests)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 3\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    submit = run_cli_without_torch(["submit", "--name", "t", "train.py"], tmp_path, path=f"{bin_dir}:/usr/bin:/bin")
+    assert submit.returncode == 0, submit.stderr
+    assert "submitted job 3" in submit.stdout and f"output: {tmp_path}/torchslurm-runs/t/t-3.out" in submit.stdout
+    assert (tmp_path / "torchslurm-runs" / "t" / "t.sbatch").exists()
+
+
+def test_lint_cli_exit_code_on_errors(tmp_path: Path) -> None:
+    seed = Path(__file__).parent.parent / "fixtures" / "seed_scripts" / "seed000_pytorch_distributed.sbatch"
+    result = run_cli_without_torch(["lint", str(seed)], tmp_path)
+    assert result.returncode == 1
+    assert "error: [fixed-master-port] line 17: MASTER_PORT=12355 is fixed" in result.stdout
+
+
+def test_script_cli_refuses_errors(tmp_path: Path) -> None:
+    result = run_cli_without_torch(["script", "--gpus-per-node", "4", "--tasks-per-node", "1", "t.py"], tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "error: [tasks-vs-gpus]" in result.stderr and "HINT: set tasks_per_node: 4" in result.stderr
+
+
+def test_show_job_takes_the_first_record_of_an_array() -> None:
+    line = fixture("scontrol_running.txt").strip()
+    two = line + "\n" + line.replace("JobId=1 ", "JobId=7 ") + "\n"
+    assert SlurmClient(run=FakeRun({"scontrol": (0, two, "")})).show_job("1")["JobId"] == "1"
