@@ -7,6 +7,7 @@ key is spelled exactly like the dataclass field.
 
 from __future__ import annotations
 
+import argparse
 import math
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -142,7 +143,7 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
         "float": isinstance(value, int | float) and not isinstance(value, bool),
         "bool": isinstance(value, bool),
         "str": isinstance(value, str | int | float) and not isinstance(value, bool),
-        "Path": isinstance(value, str) and value != "",
+        "Path": isinstance(value, str | Path) and str(value) != "",
     }[base]
     if not ok:
         example = {"int": "3", "float": "0.01", "bool": "true", "str": "auto", "Path": "runs/demo"}[base]
@@ -179,11 +180,15 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"{item!r} is not key=value. HINT: e.g. epochs=3 (keys: {', '.join(valid_keys())}).")
+        name = key.strip().replace("-", "_")
+        kind = {**_field_types(ExampleConfig), **_field_types(TrainConfig)}.get(name, "")
+        if kind.startswith(("str", "Path")) and text not in ("null", "~"):
+            result[name] = text  # verbatim: run_dir=2024-01-01 or resume=007 stay text
+            continue
         try:
-            value = yaml.safe_load(text) if text else ""
+            result[name] = yaml.safe_load(text) if text else ""
         except yaml.YAMLError:
-            value = text
-        result[key.strip().replace("-", "_")] = value
+            result[name] = text
     return result
 
 
@@ -205,13 +210,34 @@ def build(values: Mapping[str, Any], source: str = "key=value") -> tuple[Example
     return ExampleConfig(**parts[0]), TrainConfig(**parts[1])
 
 
-def load(path: Path | None = None, overrides: Sequence[str] = (),
-         defaults: Mapping[str, Any] | None = None) -> tuple[ExampleConfig, TrainConfig]:
-    """Defaults, then the file, then `key=value` overrides (later wins)."""
+def load(path: Path | None = None, overrides: Sequence[str] = (), defaults: Mapping[str, Any] | None = None,
+         flags: Mapping[str, Any] | None = None) -> tuple[ExampleConfig, TrainConfig]:
+    """Defaults, then the file, then flags (None = not given), then `key=value` overrides; later wins."""
     values = dict(defaults or {})
     if path is not None:
         values.update(read_file(path))
+    values.update({k: str(v) if isinstance(v, Path) else v for k, v in (flags or {}).items() if v is not None})
     values.update(parse_overrides(overrides))
     where = f"--config {path} / key=value" if path else "key=value"
     return build(values, where)
 
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Seed 002's flags (--epochs --batch-size --lr --data-dir --checkpoint-dir), --config and key=value."""
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+                        help="YAML or TOML file of key: value settings")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None, help="per rank")
+    parser.add_argument("--lr", type=float, default=None, help="learning rate (before lr_scaling)")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--run-dir", "--checkpoint-dir", dest="run_dir", type=Path, default=None,
+                        help="checkpoints, metrics.jsonl and curves.png go here")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help=f"any other setting; keys: {', '.join(valid_keys())}")
+
+
+def from_arguments(args: argparse.Namespace, defaults: Mapping[str, Any] | None = None
+                   ) -> tuple[ExampleConfig, TrainConfig]:
+    """The configs from `add_arguments`' flags, the --config file and key=value overrides."""
+    flags = {name: getattr(args, name) for name in ("epochs", "batch_size", "lr", "data_dir", "run_dir")}
+    return load(args.config, args.overrides, defaults, flags)

@@ -71,3 +71,20 @@ def test_bad_yaml_is_reported(tmp_path: Path) -> None:
 def test_null_data_dir_and_resume_path(tmp_path: Path) -> None:
     example, cfg = config.load(overrides=["data_dir=null", f"resume={tmp_path}/step-000000005"])
     assert example.data_dir is None and cfg.resume == f"{tmp_path}/step-000000005"
+
+
+def test_text_settings_stay_verbatim() -> None:
+    example, cfg = config.load(overrides=["run_dir=2024-01-01", "resume=007", "data_dir=null"])
+    assert cfg.run_dir == Path("2024-01-01") and cfg.resume == "007" and example.data_dir is None
+
+
+def test_seed_flags_sit_between_file_and_key_value(tmp_path: Path) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    (tmp_path / "c.yaml").write_text("epochs: 9\nlr: 0.5\nbatch_size: 8\n")
+    args = parser.parse_args(["--config", str(tmp_path / "c.yaml"), "--epochs", "2", "--checkpoint-dir", "ck",
+                              "--lr", "0.2", "lr=0.3"])
+    _, cfg = config.from_arguments(args, {"seed": 5})
+    assert (cfg.epochs, cfg.lr, cfg.batch_size, cfg.run_dir, cfg.seed) == (2, 0.3, 8, Path("ck"), 5)

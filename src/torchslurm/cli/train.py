@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,14 +22,6 @@ logger = logging.getLogger(__name__)
 DEFAULTS: dict[str, Any] = {"epochs": 4, "batch_size": 32, "lr": 0.05, "run_dir": "runs/demo", "log_every": 10}
 
 
-def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
-                        help="YAML or TOML file with key: value settings (key=value arguments win)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="settings such as epochs=3 dataset=mnist data_dir=/data/mnist run_dir=runs/x "
-                        "resume=never (see the README for every key)")
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "train", help="train a built-in example (default: SimpleConvNet on digits) on N ranks",
@@ -38,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--nproc", type=int, default=None, metavar="N",
                         help="ranks on this machine (per node inside an allocation); default 2 on CPU")
     parser.add_argument("--dry-run", action="store_true", help="print the settings and the launch, then exit")
-    _add_config_arguments(parser)
+    from torchslurm import config
+
+    config.add_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -46,14 +41,16 @@ def handle(args: argparse.Namespace) -> int:
     from torchslurm import config, launch
     from torchslurm.cli.run import _cuda_device_count
 
-    example, cfg = config.load(args.config, args.overrides, DEFAULTS)  # fail here, not in N ranks
-    rank_args = [*(["--config", str(args.config)] if args.config else []), *args.overrides]
+    example, cfg = config.from_arguments(args, DEFAULTS)  # fail here, not in N ranks
+    flags = [f"{k}={getattr(args, k)}" for k in ("epochs", "batch_size", "lr", "data_dir", "run_dir")
+             if getattr(args, k) is not None]
+    rank_args = [*(["--config", str(args.config)] if args.config else []), *flags, *args.overrides]
     plan = launch.plan(os.environ, __file__, rank_args, args.nproc, sys.executable, _cuda_device_count())
     if args.dry_run:
         print(f"dataset={example.dataset} model={example.resolved_model} epochs={cfg.epochs} "
               f"batch_size={cfg.batch_size} lr={cfg.lr} run_dir={cfg.run_dir} resume={cfg.resume}")
         print(f"{plan.mode}: {plan.reason}")
-        print(" ".join(plan.argv))
+        print(shlex.join(plan.argv))
         return 0
     logger.info("%s", plan.reason)
     return launch.execute(plan, os.environ)
@@ -90,10 +87,10 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     from torchslurm.trainer import Trainer, seed_everything
 
     parser = argparse.ArgumentParser(prog="torchslurm train (rank)")
-    _add_config_arguments(parser)
+    config.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        example, cfg = config.load(args.config, args.overrides, DEFAULTS)
+        example, cfg = config.from_arguments(args, DEFAULTS)
         with torchslurm.init() as ctx:
             _setup_rank_logging(ctx.rank)
             train, val = data.load(example.dataset, example.data_dir, example.val_fraction, seed=0)
