@@ -312,6 +312,19 @@ class Preemption:
         _barrier()
         return PREEMPTED_EXIT_CODE
 
+    def requeue_after_failure(self) -> None:
+        """After a peer died (no checkpoint is possible now): requeue within the budget so the job
+        resumes from its last checkpoint. Meant for one rank per node (whoever still runs); Slurm
+        refuses the second requeue of the same job, which is logged at debug level only."""
+        plan = plan_requeue(self.environ, self.config.max_requeues, wanted=True)
+        try:
+            requeue(plan, self._run)
+        except SlurmError as exc:
+            logger.debug("requeue after a peer failure: %s", exc)
+            return
+        logger.info("%s", f"requeued job {plan.target} after a peer failure ({plan.reason})" if plan.target
+                    else f"not requeued after a peer failure: {plan.reason}")
+
 
 def agree(mine: StopRequest) -> StopRequest:
     """All ranks' requests OR-ed with one all_reduce(MAX) of three integers (no-op without a group)."""

@@ -8,7 +8,10 @@ key=value arguments (all optional but run_dir):
                         boundary check after optimizer step STEP;
   signal=NAME         — which signal signal_at sends (default: the configured one, USR2);
   ballast_mb=N        — a frozen parameter of N MiB: makes checkpoints large (kill -9 mid-save);
-  step_sleep=S        — sleep S seconds per step (gives tests time to act mid-training).
+  step_sleep=S        — sleep S seconds per step (gives tests time to act mid-training);
+  timeout_s=S         — the process group timeout (torchslurm.init), the bound on a hang.
+A peer failure ends every rank with one root-cause message (torchslurm.watchdog); under srun,
+local rank 0 of each node then requeues the job (within TORCHSLURM_MAX_REQUEUES).
 Writes DIR/pids/rank<R>.pid at start and, after an uninterrupted finish, DIR/final.pt (rank 0).
 Exit code: 0 when training finished, 75 (PREEMPTED_EXIT_CODE) after a stop on request.
 """
@@ -27,7 +30,8 @@ import torch
 from torch import nn
 
 import torchslurm
-from torchslurm import data, preemption
+from torchslurm import data, preemption, watchdog
+from torchslurm.errors import TorchSlurmError
 from torchslurm.trainer import TrainConfig, Trainer
 
 
@@ -44,9 +48,17 @@ class Model(nn.Module):
 
 
 def main(argv: list[str]) -> int:
-    args = dict(a.split("=", 1) for a in argv)
+    try:
+        return train(dict(a.split("=", 1) for a in argv))
+    except TorchSlurmError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+
+
+def train(args: dict[str, str]) -> int:
     run_dir = Path(args["run_dir"])
-    with torchslurm.init() as ctx:
+    timeout_s = float(args.get("timeout_s", 60))
+    with torchslurm.init(timeout_s=timeout_s) as ctx:
         logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                             format=f"[rank {ctx.rank} {socket.gethostname()}] %(name)s %(message)s")
         (run_dir / "pids").mkdir(parents=True, exist_ok=True)
@@ -71,7 +83,9 @@ def main(argv: list[str]) -> int:
                 time.sleep(sleep_s)
             return stop.should_stop()
 
-        with stop:
+        requeue = ctx.env.launcher == "srun" and ctx.local_rank == 0
+        dog = watchdog.Watchdog(ctx, bound_s=timeout_s, on_failure=stop.requeue_after_failure if requeue else None)
+        with stop, dog, dog.guard():
             trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                               nn.CrossEntropyLoss(), train, val, config, ctx=ctx, should_stop=boundary)
             result = trainer.fit()

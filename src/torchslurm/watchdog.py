@@ -1,0 +1,216 @@
+"""A dead peer never means a hang, and its death is reported root cause first.
+
+    with torchslurm.init(timeout_s=60) as ctx, watchdog.Watchdog(ctx) as dog:
+        with dog.guard():
+            trainer.fit()
+
+The bound comes from the process group's timeout (`torchslurm.init(timeout_s=...)`, 300 s by
+default instead of torch's 30 min): a collective whose peer vanished fails within it — at once
+when the peer's process died (the kernel closes its sockets: "Connection closed by peer"), after
+the timeout when its node or network went away.
+
+Such an error says little ("Timed out waiting 20000ms for recv operation", or a peer address).
+So every rank also runs a heartbeat thread: a counter in the job's TCPStore, bumped every
+`interval_s`. When a collective fails, `guard()` reads the counters twice, 2 × interval_s apart
+(no clock comparison across nodes), and the ranks whose counter did not move are the root cause:
+"rank 3 on node2 stopped responding". When the store itself cannot be reached, rank 0's host
+(the store's) is unreachable from here. The lowest rank that still answers reports the full
+message; the others raise a one-line pointer to it, so the job log shows one explanation.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from torchslurm.errors import DistributedError
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import TCPStore
+
+    from torchslurm.distributed import DistContext
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 1.0
+STORE_TIMEOUT_S = 5.0
+_BEAT = "torchslurm/heartbeat/{}"
+_ADDRESS = re.compile(r"\[(?:::ffff:)?([0-9a-fA-F:.]+)\]:\d+")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Where one rank runs (gathered once at start)."""
+
+    rank: int
+    host: str
+    address: str
+
+
+def peer_address(error_text: str) -> str | None:
+    """The remote IP in a Gloo error ("Connection closed by peer [198.18.0.12]:41234"), if any."""
+    match = _ADDRESS.search(error_text)
+    return match.group(1) if match else None
+
+
+def first_sentence(error_text: str) -> str:
+    """The informative part of a c10d/Gloo error: no `[file.cc:553]` prefix, no advice paragraph."""
+    lines = error_text.strip().splitlines()
+    text = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", lines[0] if lines else "")
+    return text.split(". ")[0].rstrip(".") or "no message"
+
+
+def silent_ranks(before: Mapping[int, int], after: Mapping[int, int]) -> list[int]:
+    """Ranks whose heartbeat counter did not advance between two reads."""
+    return sorted(rank for rank, count in after.items() if before.get(rank) == count)
+
+
+def describe_ranks(ranks: Sequence[int], peers: Sequence[Peer]) -> str:
+    """'rank 3 on node2 (198.18.0.12)' / 'ranks 2, 3 on node2 (198.18.0.12)', grouped by host."""
+    by_host: dict[str, list[int]] = {}
+    for rank in ranks:
+        peer = peers[rank]
+        by_host.setdefault(f"{peer.host} ({peer.address})", []).append(rank)
+    parts = []
+    for host, group in by_host.items():
+        word = "rank" if len(group) == 1 else "ranks"
+        parts.append(f"{word} {', '.join(map(str, group))} on {host}")
+    return "; ".join(parts)
+
+
+def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int] | None,
+              bound_s: float | None) -> str:
+    """The root-cause-first message. `silent`: ranks with a stopped heartbeat; None: the store
+    (on rank 0's host) could not be reached."""
+    seen = f"(rank {me.rank} on {me.host} saw: {first_sentence(error)})"
+    if silent is None:
+        cause = (f"rank 0's host {peers[0].host} ({peers[0].address}) is unreachable from {me.host}: "
+                 "rank 0 died, or the network between the nodes is down")
+    elif silent:
+        cause = (f"{describe_ranks(silent, peers)} stopped responding (no heartbeat): the process died "
+                 "(killed, crashed, out of memory) or its node or network went away")
+    else:
+        address = peer_address(error)
+        named = [p.rank for p in peers if address and p.address == address]
+        where = f" with {describe_ranks(named, peers)}" if named else ""
+        cause = f"a collective failed{where} while every rank still has a heartbeat"
+    bound = f" ({bound_s:g} s)" if bound_s is not None else ""
+    return (f"{cause} {seen}. Every rank stops within the process group timeout{bound}. HINT: read the "
+            "first failing rank's log (srun prints 'task N: ...' for it); for a node or network problem "
+            "check `scontrol show node`; the job resumes from its last checkpoint when requeued.")
+
+
+class Watchdog:
+    """Heartbeat thread + failure diagnosis for the current process group (see the module doc)."""
+
+    def __init__(self, ctx: DistContext, interval_s: float = DEFAULT_INTERVAL_S,
+                 bound_s: float | None = None, on_failure: Callable[[], None] | None = None) -> None:
+        self.ctx, self.interval_s = ctx, interval_s
+        self.bound_s = bound_s
+        """The process group timeout, quoted in the message (None: not quoted)."""
+        self.on_failure = on_failure
+        """Called once on a detected failure before raising (e.g. requeue the job)."""
+        self.peers: list[Peer] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _store(self) -> TCPStore:
+        from torch._C._distributed_c10d import TCPStore
+
+        env = self.ctx.env
+        return TCPStore(env.master_addr, env.master_port, is_master=False,
+                             timeout=timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
+
+    def start(self) -> None:
+        """Gather every rank's host (one all_gather) and start the heartbeat."""
+        import torch.distributed as dist
+
+        me = Peer(self.ctx.rank, socket.gethostname(), _own_address(self.ctx.env.master_addr))
+        gathered: list[Peer | None] = [None] * self.ctx.world_size
+        dist.all_gather_object(gathered, me)
+        self.peers = [p for p in gathered if p is not None]
+        store = self._store()
+        store.add(_BEAT.format(self.ctx.rank), 1)
+        self._thread = threading.Thread(target=self._beat, args=(store,), name="torchslurm-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s)  # a daemon: may stay blocked on a dead store
+
+    def __enter__(self) -> Watchdog:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _beat(self, store: TCPStore) -> None:
+        key = _BEAT.format(self.ctx.rank)
+        while not self._stop.wait(self.interval_s):
+            try:
+                store.add(key, 1)
+            except Exception:  # store gone (rank 0 died) or unreachable: the diagnosis says so
+                logger.debug("heartbeat of rank %d failed", self.ctx.rank, exc_info=True)
+
+    def counters(self) -> dict[int, int] | None:
+        """Every rank's heartbeat count, or None when the store cannot be reached."""
+        try:
+            store = self._store()
+            return {p.rank: int(store.add(_BEAT.format(p.rank), 0)) for p in self.peers}
+        except Exception:  # connect/read timeouts surface as RuntimeError, DistStoreError, OSError
+            return None
+
+    def diagnose(self, error: BaseException) -> tuple[str, bool]:
+        """(message, whether this rank is the one that reports it in full)."""
+        me = self.peers[self.ctx.rank]
+        before = self.counters()
+        time.sleep(2 * self.interval_s)
+        after = self.counters() if before is not None else None
+        silent = None if before is None or after is None else silent_ranks(before, after)
+        message = diagnosis(me, str(error), self.peers, silent, self.bound_s)
+        if silent is None:  # no store, no agreement: the lowest rank other than 0 on each host reports
+            mine = [p.rank for p in self.peers if p.host == me.host and p.rank != 0]
+            reporter = not mine or mine[0] == me.rank
+        else:
+            alive = [p.rank for p in self.peers if p.rank not in silent]
+            reporter = bool(alive) and alive[0] == me.rank
+        return message, reporter
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Turn a failed collective into one DistributedError that names the root cause."""
+        try:
+            yield
+        except RuntimeError as exc:  # DistBackendError and Gloo's errors are RuntimeErrors
+            message, reporter = self.diagnose(exc)
+            if self.on_failure is not None:
+                self.on_failure()
+            if reporter:
+                raise DistributedError(message, exit_code=1) from exc
+            raise DistributedError(
+                f"rank {self.ctx.rank} on {socket.gethostname()} stopped because a peer failed; the root cause "
+                "is in the message of the lowest rank still running. HINT: look for 'stopped responding' or "
+                "'unreachable' in the job log.", exit_code=1) from exc
+
+
+def _own_address(master: str) -> str:
+    """The local address this host uses to reach the master (UDP connect sends nothing)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((master, 9))
+            return str(sock.getsockname()[0])
+    except OSError:
+        return "?"

@@ -1,0 +1,77 @@
+"""Dead peers with real local ranks started without an agent (as srun starts them): every other
+rank exits within the process group timeout with one message naming the dead rank and its host."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multiproc
+
+SCRIPT = Path(__file__).parent / "scripts" / "preempt_train.py"
+WORLD = 3
+TIMEOUT_S = 20  # the process group timeout: the bound on how long a survivor may wait
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_ranks(run_dir: Path) -> list[subprocess.Popen[str]]:
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "TORCHSLURM_"))}
+    procs = []
+    for rank in range(WORLD):
+        env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
+               "LOCAL_WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen(
+            [sys.executable, str(SCRIPT), f"run_dir={run_dir}", "step_sleep=0.2", f"timeout_s={TIMEOUT_S}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    return procs
+
+
+def kill_rank_mid_training(run_dir: Path, victim: int) -> dict[int, tuple[int, str]]:
+    procs = start_ranks(run_dir)
+    try:
+        pid_file = run_dir / "pids" / f"rank{victim}.pid"
+        while not (pid_file.exists() and (run_dir / "pids" / f"rank{WORLD - 1}.pid").exists()):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.1)
+        time.sleep(1.5)  # a few steps in
+        os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+        # The bound: a survivor that waits for longer than the group timeout (+ diagnosis and
+        # interpreter exit) is hung, and communicate() raises TimeoutExpired.
+        errors = [p.communicate(timeout=TIMEOUT_S + 30)[1] for p in procs]
+        return {rank: (p.returncode, errors[rank]) for rank, p in enumerate(procs)}
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_kill_9_of_one_rank_ends_all_with_one_root_cause_message(tmp_path: Path) -> None:
+    results = kill_rank_mid_training(tmp_path, victim=2)
+    host = socket.gethostname()
+    assert results[2][0] == -signal.SIGKILL
+    assert {rank: code for rank, (code, _) in results.items() if rank != 2} == {0: 1, 1: 1}
+    assert f"error: rank 2 on {host} (127.0.0.1) stopped responding (no heartbeat)" in results[0][1]
+    assert "Connection closed by peer" in results[0][1]
+    assert "stopped because a peer failed; the root cause is in the message of the lowest rank" in results[1][1]
+    assert "Traceback" not in results[0][1] + results[1][1]
+
+
+def test_kill_9_of_rank_0_names_its_host_as_unreachable(tmp_path: Path) -> None:
+    results = kill_rank_mid_training(tmp_path, victim=0)
+    host = socket.gethostname()
+    assert {rank: code for rank, (code, _) in results.items() if rank != 0} == {1: 1, 2: 1}
+    assert f"error: rank 0's host {host} (127.0.0.1) is unreachable from {host}: rank 0 died" in results[1][1]
+    assert "the root cause is in the message of the lowest rank" in results[2][1]

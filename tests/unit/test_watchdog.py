@@ -1,0 +1,48 @@
+"""Pure parts of the watchdog: reading Gloo errors, finding silent ranks, the message."""
+
+from __future__ import annotations
+
+from torchslurm.watchdog import Peer, describe_ranks, diagnosis, first_sentence, peer_address, silent_ranks
+
+PEERS = [Peer(0, "node1", "198.18.0.11"), Peer(1, "node1", "198.18.0.11"),
+         Peer(2, "node2", "198.18.0.12"), Peer(3, "node2", "198.18.0.12")]
+CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+          "[198.18.0.12]:41234. This is typically caused by a remote worker crashing. GLHF!")
+TIMEOUT = "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv operation"
+
+
+def test_gloo_errors_are_read() -> None:
+    assert peer_address(CLOSED) == "198.18.0.12"
+    assert peer_address("Connection closed by peer [::ffff:198.18.0.11]:29400") == "198.18.0.11"
+    assert peer_address(TIMEOUT) is None
+    assert first_sentence(CLOSED) == "Connection closed by peer [198.18.0.12]:41234"
+    assert first_sentence(TIMEOUT) == "Timed out waiting 20000ms for recv operation"
+    assert first_sentence("") == "no message"
+
+
+def test_silent_ranks_are_those_whose_counter_did_not_move() -> None:
+    assert silent_ranks({0: 5, 1: 5, 2: 4, 3: 4}, {0: 7, 1: 7, 2: 4, 3: 5}) == [2]
+    assert silent_ranks({0: 1}, {0: 2}) == []
+
+
+def test_ranks_are_grouped_by_host() -> None:
+    assert describe_ranks([3], PEERS) == "rank 3 on node2 (198.18.0.12)"
+    assert describe_ranks([0, 2, 3], PEERS) == "rank 0 on node1 (198.18.0.11); ranks 2, 3 on node2 (198.18.0.12)"
+
+
+def test_message_names_the_dead_rank_first() -> None:
+    text = diagnosis(PEERS[0], CLOSED, PEERS, [3], 20.0)
+    assert text.startswith("rank 3 on node2 (198.18.0.12) stopped responding (no heartbeat)")
+    assert "(rank 0 on node1 saw: Connection closed by peer [198.18.0.12]:41234)" in text
+    assert "within the process group timeout (20 s). HINT: " in text
+
+
+def test_message_when_the_store_is_unreachable() -> None:
+    text = diagnosis(PEERS[2], TIMEOUT, PEERS, None, None)
+    assert text.startswith("rank 0's host node1 (198.18.0.11) is unreachable from node2: rank 0 died, or the network")
+    assert "process group timeout. HINT" in text
+
+
+def test_message_when_every_rank_still_beats() -> None:
+    text = diagnosis(PEERS[0], CLOSED, PEERS, [], 300.0)
+    assert text.startswith("a collective failed with ranks 2, 3 on node2 (198.18.0.12) while every rank")
