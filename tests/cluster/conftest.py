@@ -16,6 +16,8 @@ Use the function-scoped `cluster` fixture; it is a `Cluster`:
     cluster.run(argv, timeout_s=60) -> CompletedProcess (root namespace: sbatch, srun, squeue ...)
     cluster.exec(node, argv, timeout_s=60) -> CompletedProcess inside that node's namespaces
 
+For a module-scoped fixture use `cluster_factory(job_dir)`, which returns such a Cluster.
+
 The sandbox (4 nodes x 4 fake GPUs) comes up once per pytest session and goes down at its end,
 after which a check fails the run if any daemon, namespace or bridge is left. A sandbox that is
 already up when the session starts is reused and left up. Jobs a test leaves running are
@@ -31,7 +33,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +210,12 @@ def sandbox_cluster() -> Iterator[SandboxConfig]:
         assert not left, f"`sandbox down` left behind: {left}"
 
 
+@pytest.fixture(scope="session")
+def cluster_factory(sandbox_cluster: SandboxConfig) -> Callable[[Path], Cluster]:
+    """For module-scoped fixtures: `cluster_factory(job_dir)` → a Cluster writing into job_dir."""
+    return lambda job_dir: Cluster(sandbox_cluster, job_dir)
+
+
 @pytest.fixture
 def cluster(sandbox_cluster: SandboxConfig, tmp_path: Path) -> Iterator[Cluster]:
     handle = Cluster(sandbox_cluster, tmp_path)
@@ -219,7 +227,9 @@ def cluster(sandbox_cluster: SandboxConfig, tmp_path: Path) -> Iterator[Cluster]
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    handle = getattr(item, "funcargs", {}).get("cluster")
-    if report.failed and report.when == "call" and isinstance(handle, Cluster):
-        for name, text in handle.logs():
-            report.sections.append((f"job log {name}", text))
+    if not (report.failed and report.when == "call"):
+        return
+    for handle in getattr(item, "funcargs", {}).values():
+        if isinstance(handle, Cluster):
+            for name, text in handle.logs():
+                report.sections.append((f"job log {name}", text))

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.cluster
 
 JOBS = Path(__file__).parent / "jobs"
 PROBE, PLAIN, GPU_PROBE = JOBS / "probe.py", JOBS / "plain_ddp.py", JOBS / "gpu_probe.py"
+TRAIN_PROBE = JOBS / "train_probe.py"
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm_env"
 RECORD = os.environ.get("TORCHSLURM_RECORD_SLURM_ENV") == "1"
 # Variables whose values must match the recording (job ids, paths and pids differ run to run).
@@ -209,3 +212,82 @@ def test_gpu_binding_each_rank_uses_its_own_gpu(cluster: Cluster, name: str) -> 
     recorded = json.loads(path.read_text())["tasks"]
     stable = [[(t["environ"].get(k), t["expect"]["index"]) for k in GPU_KEYS] for t in tasks]
     assert stable == [[(t["environ"].get(k), t["expect"]["index"]) for k in GPU_KEYS] for t in recorded]
+
+
+TRAIN_SETTINGS = ("epochs=2", "keep_last=5", "seed=7")
+
+
+@pytest.fixture(scope="module")
+def trained(cluster_factory: Callable[[Path], Cluster], tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Training]:
+    """The digits example trained twice on 2 nodes x 2 ranks, both jobs submitted at once: one srun
+    task per rank, and one torchrun per node (c10d rendezvous on a job-unique port)."""
+    cluster = cluster_factory(tmp_path_factory.mktemp("training"))
+    srun_dir, torchrun_dir = cluster.job_dir / "srun", cluster.job_dir / "torchrun"
+    settings = " ".join(TRAIN_SETTINGS)
+    jobs = {
+        # torchrun sets OMP_NUM_THREADS=1 for its workers; the same here, or the CPU kernels sum
+        # in another order and the runs differ in the last bits.
+        "srun": cluster.sbatch(f"#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2\nexport OMP_NUM_THREADS=1\n"
+                               f"srun python {TRAIN_PROBE} {settings} run_dir={srun_dir}\n"),
+        "torchrun": cluster.sbatch(f"""#!/bin/bash
+#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=2
+head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+srun torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint=$head:$((7000 + SLURM_JOB_ID % 2000)) \\
+  --rdzv-id=$SLURM_JOB_ID {TRAIN_PROBE} {settings} run_dir={torchrun_dir}
+"""),
+    }
+    states = {mode: cluster.wait(job, timeout_s=300) for mode, job in jobs.items()}
+    yield Training(cluster, jobs, states, {"srun": srun_dir, "torchrun": torchrun_dir})
+    cluster.cancel_running()
+
+
+class Training:
+    def __init__(self, cluster: Cluster, jobs: dict[str, str], states: dict[str, str],
+                 run_dirs: dict[str, Path]) -> None:
+        self.cluster, self.jobs, self.states, self.run_dirs = cluster, jobs, states, run_dirs
+
+    def records(self, mode: str) -> list[dict[str, Any]]:
+        assert self.states[mode] == "COMPLETED", self.cluster.output(self.jobs[mode])[-4000:]
+        found = records(self.cluster.job_dir, self.jobs[mode])
+        assert [r["rank"] for r in found] == [0, 1, 2, 3], self.cluster.output(self.jobs[mode])[-4000:]
+        return found
+
+
+def final_metrics(found: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    return {(r["epochs_done"], r["global_step"], r["val_loss_sum"], r["val_correct"], r["val_count"],
+             r["weights_sum"]) for r in found}
+
+
+def test_training_2x2_srun_spans_nodes_every_rank_agrees_one_checkpoint_per_save(trained: Training) -> None:
+    found = trained.records("srun")
+    assert {r["launcher"] for r in found} == {"srun"}
+    assert sorted((r["host"], r["local_rank"]) for r in found) == [
+        (found[0]["host"], 0), (found[0]["host"], 1), (found[2]["host"], 0), (found[2]["host"], 1)]
+    assert found[0]["host"] != found[2]["host"]
+    metrics = final_metrics(found)
+    assert len(metrics) == 1, metrics  # every rank holds the same weights and the same exact metrics
+    (epochs, _step, _loss, correct, count, _w), = metrics
+    assert epochs == 2 and count == found[0]["val_size"]  # exact: no sample padded twice or dropped
+    assert correct / count > 0.5
+    ckpts = trained.run_dirs["srun"] / "checkpoints"
+    entries = sorted(p.name for p in ckpts.iterdir())
+    assert len(entries) == 2 and all(e.startswith("step-") for e in entries), entries  # one per epoch
+
+
+def test_training_torchrun_mode_ends_with_the_same_metrics_as_srun_mode(trained: Training) -> None:
+    found = trained.records("torchrun")
+    assert {r["launcher"] for r in found} == {"torchrun"}
+    assert len({r["host"] for r in found}) == 2
+    assert final_metrics(found) == final_metrics(trained.records("srun"))
+
+
+def test_torchslurm_train_in_a_batch_script_without_srun_trains_on_all_nodes(cluster: Cluster) -> None:
+    job = cluster.sbatch(f"#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2\n"
+                         f"torchslurm train epochs=1 run_dir={cluster.job_dir / 'run'}\n")
+    assert cluster.wait(job, timeout_s=300) == "COMPLETED", cluster.output(job)[-4000:]
+    out = cluster.output(job)
+    assert re.search(r"Starting distributed training on 4 processes \(2 nodes × 2, gloo, cpu\), master node\d+:\d+",
+                     out), out[-4000:]
+    assert re.search(r"Epoch 1 - Avg Loss: \d+\.\d{6}, Accuracy: \d+\.\d\d%", out), out[-4000:]
+    assert len(list((cluster.job_dir / "run" / "checkpoints").iterdir())) == 1
