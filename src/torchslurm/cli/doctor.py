@@ -1,0 +1,114 @@
+"""`torchslurm doctor [--json] [--connect] [--ranks | --nproc N]`: find the fault before a job hangs.
+
+Plain `torchslurm doctor` checks this process: on a login node, in a batch shell, or as every
+task with `srun torchslurm doctor`. `--ranks` starts the checks in every rank the way
+`torchslurm run` would (N local ranks here, srun across all nodes in a batch shell), and with
+`--connect` the ranks really form a process group. Exit code 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchslurm.doctor import Report
+
+logger = logging.getLogger(__name__)
+
+_MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+
+
+def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="one JSON object per process instead of text")
+    parser.add_argument("--connect", action="store_true",
+                        help="really join the process group (short timeout) and time one all_reduce")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                        help="--connect: seconds to wait for the other ranks (default 30)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                        help="the backend you intend to use (default: NCCL with GPUs, else Gloo)")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "doctor", help="check placement, GPUs, network interface, master address and port; find the fault",
+        description="Check what torchslurm.init() would do here and what would break: placement "
+        "(srun or not), GPUs per rank, the network interface and why, MASTER_ADDR/MASTER_PORT, "
+        "*_SOCKET_IFNAME, backend, torch/CUDA/NCCL versions, Slurm commands. "
+        "Run it on a login node, in a batch shell, or as every task: srun torchslurm doctor.",
+    )
+    _add_check_arguments(parser)
+    parser.add_argument("--ranks", action="store_true",
+                        help="run the checks in every rank, started like `torchslurm run` does "
+                        "(local ranks here; srun across all nodes in a batch shell)")
+    parser.add_argument("--nproc", type=int, default=None, metavar="N",
+                        help="with --ranks: ranks on this machine (per node in an allocation)")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from torchslurm import distenv, launch
+    from torchslurm.cli.run import _cuda_device_count
+    from torchslurm.errors import DistributedError
+
+    launcher = distenv.detect(os.environ, free_port=lambda: 0).launcher if args.ranks or args.nproc else None
+    if launcher not in ("local", "batch"):  # already a rank (or --ranks not asked for): check here
+        return check_here(args)
+    rank_args = [*(["--json"] if args.json else []), *(["--connect"] if args.connect else []),
+                 "--timeout", str(args.timeout), *(["--backend", args.backend] if args.backend else [])]
+    plan = launch.plan(os.environ, __file__, rank_args, args.nproc, sys.executable, _cuda_device_count())
+    logger.info("%s", plan.reason)
+    try:
+        return launch.execute(plan, os.environ)
+    except DistributedError as exc:
+        logger.debug("%s", exc)
+        print("error: the doctor found a failure in at least one rank (see its report above).", file=sys.stderr)
+        return 1
+
+
+def check_here(args: argparse.Namespace) -> int:
+    """Gather this process's facts, run every check, print the report."""
+    from torchslurm import doctor
+
+    facts = doctor.gather(os.environ)
+    checks = doctor.run_checks(facts, args.backend)
+    if args.connect:
+        checks.append(doctor.check_connect(os.environ, args.backend, args.timeout))
+    result = doctor.report(facts, checks)
+    text = json.dumps(result.to_json()) + "\n" if args.json else render(result)
+    sys.stdout.write(text)  # one write: the ranks of one step share a pipe
+    sys.stdout.flush()
+    return 1 if result.failed else 0
+
+
+def render(result: Report) -> str:
+    """Human text; every line prefixed with host/rank when several ranks print at once."""
+    prefix = f"{result.host}/{result.rank}: " if (result.world_size or 1) > 1 else ""
+    where = (f"rank {result.rank} of {result.world_size}, {result.launcher}" if result.rank is not None
+             else "placement unknown")
+    lines = [f"torchslurm doctor on {result.host} ({where})"]
+    width = max(len(check.name) for check in result.checks)
+    for check in result.checks:
+        lines.append(f"  {_MARKS[check.status]}  {check.name:<{width}}  {check.detail}")
+        if check.hint:
+            lines.append(f"        {'':<{width}}  HINT: {check.hint}")
+    counts = {status: sum(c.status == status for c in result.checks) for status in ("ok", "warn", "fail")}
+    lines.append(f"{counts['ok']} ok, {counts['warn']} warning(s), {counts['fail']} failure(s)")
+    return "\n".join(prefix + line for line in lines) + "\n"
+
+
+def rank_main(argv: Sequence[str] | None = None) -> int:
+    """The program of each rank started by `torchslurm doctor --ranks`."""
+    parser = argparse.ArgumentParser(prog="torchslurm doctor (rank)")
+    _add_check_arguments(parser)
+    return check_here(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # a rank started by `torchslurm doctor --ranks` through the run machinery
+    sys.path.pop(0)  # this file's folder: its sibling modules must not shadow top-level imports
+    sys.exit(rank_main())
