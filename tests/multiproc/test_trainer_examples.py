@@ -1,0 +1,63 @@
+"""The examples run as the README says: plain python (one process), under torchrun, under torchslurm run."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torchslurm import data
+
+pytestmark = pytest.mark.multiproc
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_"))
+            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+
+
+def _run(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=300, env=_env(), cwd=cwd)
+
+
+def test_mnist_example_on_one_process_reads_idx_files(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 96), ("t10k", 40)):  # a tiny MNIST in the real file format, gzipped
+        data.write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28), np.uint8))
+        data.write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", (np.arange(n) % 10).astype(np.uint8))
+    result = _run(sys.executable, str(EXAMPLES / "mnist.py"), "--data-dir", str(tmp_path), "--epochs", "1",
+                  "--batch-size", "32", "log_every=1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Starting distributed training on 1 process (1 node × 1, gloo, cpu)" in result.stdout + result.stderr
+    assert "outputs in runs/mnist" in result.stdout
+    assert (tmp_path / "runs" / "mnist" / "checkpoints" / "step-000000003" / "COMPLETE").is_file()
+
+
+def test_mnist_example_without_files_names_them(tmp_path: Path) -> None:
+    result = _run(sys.executable, str(EXAMPLES / "mnist.py"), "--data-dir", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"error: data_dir={tmp_path}: MNIST files missing: train-images-idx3-ubyte[.gz]" in result.stderr
+
+
+def test_simple_model_under_plain_torchrun(tmp_path: Path) -> None:
+    result = _run(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                  str(EXAMPLES / "simple_model.py"), "--epochs", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert "Starting distributed training on 2 processes (1 node × 2, gloo, cpu)" in out
+    accuracy = float(out.split("final validation accuracy ")[1].split("%")[0])
+    assert accuracy > 80.0  # 10→50→2 learns the synthetic rule quickly
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is installed")
+def test_imagefolder_example_explains_missing_torchvision(tmp_path: Path) -> None:
+    result = _run(sys.executable, str(EXAMPLES / "imagefolder.py"), "--data-dir", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "needs torchvision, which is not installed. HINT: pip install torchvision" in result.stderr
