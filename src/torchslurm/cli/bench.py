@@ -1,0 +1,99 @@
+"""`torchslurm bench [--nproc N] [--sizes 1K,1M] [--iters N] [--backend B] [--json FILE]`.
+
+Collective bus bandwidth (nccl-tests' formulas) between the ranks, started the way
+`torchslurm run` starts them: N local ranks here, srun across every node in a batch shell, or
+this process as one rank under srun/torchrun. Rank 0 prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from torchslurm.bench import DEFAULT_SIZES, OPS, BenchConfig, parse_sizes
+
+logger = logging.getLogger(__name__)
+
+
+def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, metavar="LIST",
+                        help=f"message sizes, K/M/G = 1024-based (default {DEFAULT_SIZES})")
+    parser.add_argument("--ops", default=",".join(OPS), metavar="LIST",
+                        help=f"collectives to time (default {','.join(OPS)})")
+    parser.add_argument("--iters", type=int, default=20, metavar="N", help="timed iterations per size (default 20)")
+    parser.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed iterations first (default 5)")
+    parser.add_argument("--backend", default=None, metavar="B",
+                        help="gloo or nccl (default: NCCL with GPUs, else Gloo)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="rank 0 also writes the results here")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="measure all_reduce/all_gather/broadcast bus bandwidth between the ranks",
+        description="Time collectives over message sizes and print nccl-tests-style algbw/busbw. "
+        "Here: N local ranks (--nproc, default one per GPU, else 2). In an sbatch/salloc shell: srun "
+        "across every allocated node. Under srun/torchrun: this process is one rank.",
+    )
+    parser.add_argument("--nproc", type=int, default=None, metavar="N",
+                        help="ranks on this machine (per node inside an allocation)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
+    _add_bench_arguments(parser)
+    parser.set_defaults(handler=handle)
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    return BenchConfig(ops=tuple(op.strip() for op in args.ops.split(",") if op.strip()),
+                       sizes=parse_sizes(args.sizes), iters=args.iters, warmup=args.warmup, backend=args.backend)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from torchslurm import launch
+    from torchslurm.cli.run import _cuda_device_count
+
+    config_from(args)  # fail here, not in N ranks
+    rank_args = ["--sizes", args.sizes, "--ops", args.ops, "--iters", str(args.iters), "--warmup", str(args.warmup),
+                 *(["--backend", args.backend] if args.backend else []),
+                 *(["--json", str(args.json.resolve())] if args.json else [])]
+    plan = launch.plan(os.environ, __file__, rank_args, args.nproc, sys.executable, _cuda_device_count())
+    if args.dry_run:
+        print(f"{plan.mode}: {plan.reason}")
+        print(" ".join(plan.argv))
+        return 0
+    logger.info("%s", plan.reason)
+    return launch.execute(plan, os.environ)
+
+
+def rank_main(argv: Sequence[str] | None = None) -> int:
+    """The program of each rank: init, time the collectives, rank 0 prints the table."""
+    import torchslurm
+    from torchslurm import bench
+    from torchslurm.errors import TorchSlurmError
+
+    parser = argparse.ArgumentParser(prog="torchslurm bench (rank)")
+    _add_bench_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from(args)
+        with torchslurm.init(backend=config.backend) as ctx:
+            results = bench.run(config, ctx)
+            if ctx.is_main:
+                header = (f"torchslurm bench: {ctx.world_size} rank(s) on {ctx.env.num_nodes} node(s), "
+                          f"{ctx.backend} on {ctx.device}, {config.iters} iterations (+{config.warmup} warm-up)")
+                sys.stdout.write(bench.render_table(results, header))
+                sys.stdout.flush()
+                if args.json:
+                    args.json.write_text(json.dumps(bench.to_json(results, ctx), indent=1) + "\n")
+    except TorchSlurmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # a rank started by `torchslurm bench` through the `torchslurm run` machinery
+    sys.path.pop(0)  # this file's folder: its sibling modules must not shadow top-level imports
+    sys.exit(rank_main())
