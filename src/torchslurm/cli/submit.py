@@ -22,9 +22,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def handle(args: argparse.Namespace) -> int:
     from torchslurm import jobspec
     from torchslurm.job import submit
+    from torchslurm.slurm import SlurmClient
 
     spec = spec_from_args(args)
-    code = report(jobspec.validate(spec, args.slurm_version), args.force)
+    # the GPU flag check needs the Slurm version; here Slurm is at hand, so ask it
+    version = args.slurm_version or (SlurmClient().version() if spec.gpus_per_node else None)
+    code = report(jobspec.validate(spec, version), args.force)
     if code:
         return code
     job = submit(spec, run_dir=args.run_dir, force=True)
