@@ -14,12 +14,16 @@ if TYPE_CHECKING:
     from torchslurm.distributed import DistContext, init, shutdown
     from torchslurm.job import Job, submit
     from torchslurm.jobspec import JobSpec
+    from torchslurm.trainer import TrainConfig, Trainer, seed_everything
 
-__all__ = ["DistContext", "Job", "JobSpec", "__version__", "init", "shutdown", "submit"]
+__all__ = ["DistContext", "Job", "JobSpec", "TrainConfig", "Trainer", "__version__", "init", "seed_everything",
+           "shutdown", "submit"]
 
 _LAZY = {"init": "torchslurm.distributed", "shutdown": "torchslurm.distributed",
          "DistContext": "torchslurm.distributed",
-         "submit": "torchslurm.job", "Job": "torchslurm.job", "JobSpec": "torchslurm.jobspec"}
+         "submit": "torchslurm.job", "Job": "torchslurm.job", "JobSpec": "torchslurm.jobspec",
+         "Trainer": "torchslurm.trainer", "TrainConfig": "torchslurm.config",
+         "seed_everything": "torchslurm.trainer"}
 
 
 def __getattr__(name: str) -> Any:
