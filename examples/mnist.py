@@ -5,7 +5,7 @@ The same file runs anywhere, unchanged:
     torchslurm run --nproc 2 examples/mnist.py --data-dir data/mnist    # 2 local ranks
     torchrun --nproc-per-node 2 examples/mnist.py --data-dir data/mnist
     srun python examples/mnist.py --data-dir data/mnist                 # inside an sbatch script
-MNIST is read from the four IDX files in --data-dir (no download). Without them,
+MNIST is read from the four IDX files in --data-dir (default ./data, no download). Without them,
 `dataset=digits` trains the 8×8 variant on scikit-learn's bundled digits.
 Settings: seed 002's flags, --config cfg.yaml|cfg.toml, and key=value (e.g. amp=bf16 resume=never).
 """
@@ -28,7 +28,8 @@ from torchslurm.trainer import Trainer, seed_everything
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     config.add_arguments(parser)
-    example, cfg = config.from_arguments(parser.parse_intermixed_args(), {"dataset": "mnist", "run_dir": "runs/mnist"})
+    defaults = {"dataset": "mnist", "data_dir": "data", "run_dir": "runs/mnist"}
+    example, cfg = config.from_arguments(parser.parse_intermixed_args(), defaults)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with torchslurm.init() as ctx:
         train, val = data.load(example.dataset, example.data_dir, example.val_fraction)
