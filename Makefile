@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/torchslurm run --nproc 2 examples/hello_distributed.py
+	$(BIN)/torchslurm train --nproc 2 resume=never
 
 # Cluster tests need root (network namespaces, slurmd); as root, install Debian's Slurm first.
 slurm-packages:
