@@ -325,6 +325,13 @@ def _check_text(spec: JobSpec) -> None:
     if "/" in spec.name:
         raise ConfigError(f"name={spec.name!r} contains '/'; Slurm puts the name into log file names (%x). "
                           "HINT: use a name without '/', e.g. " + repr(spec.name.replace("/", "-")) + ".")
+    for name in ("script", "python"):
+        if getattr(spec, name).startswith("-"):
+            # srun would read `python` as one of its options, python would read `script` as one of its own
+            # (`-c CODE` runs the next argument as code)
+            value = getattr(spec, name)
+            raise ConfigError(f"{name}={value!r} starts with '-', so it would be read as an option, not a path. "
+                              f"HINT: write it as a path: {name}: ./{value}.")
     for name in ("script", "name", "python", "output"):
         if not getattr(spec, name).strip():
             raise ConfigError(f"{name} is empty. HINT: give a value for {name}.")
