@@ -111,7 +111,7 @@ def _print_outputs(run_dir: Path, last_checkpoint: Path | None) -> None:
     print(f"  checkpoints  {last_checkpoint or run_dir / 'checkpoints'}")
     print(f"  metrics      {run_dir / 'metrics.jsonl'}")
     print(f"  plot         {run_dir / 'curves.png'}")
-    print("Run the same command again to resume from the newest checkpoint (resume=never to start over).")
+    print(f"To go on: torchslurm train run_dir={run_dir} epochs=N continues from the newest checkpoint.")
 
 
 if __name__ == "__main__":  # a rank started by `torchslurm train` through the `torchslurm run` machinery
