@@ -18,7 +18,8 @@ from torchslurm import __version__
 from torchslurm.errors import TorchSlurmError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("run", "train", "sandbox", "script", "submit", "status", "logs", "cancel", "lint", "doctor", "bench")
+COMMANDS: tuple[str, ...] = ("run", "train", "sandbox", "script", "submit", "status", "logs", "cancel", "lint",
+                             "doctor", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
