@@ -199,3 +199,9 @@ def test_show_job_takes_the_first_record_of_an_array() -> None:
     line = fixture("scontrol_running.txt").strip()
     two = line + "\n" + line.replace("JobId=1 ", "JobId=7 ") + "\n"
     assert SlurmClient(run=FakeRun({"scontrol": (0, two, "")})).show_job("1")["JobId"] == "1"
+
+
+@pytest.mark.parametrize("command", ["script", "submit", "status", "logs", "cancel", "lint"])
+def test_help_without_torch(command: str, tmp_path: Path) -> None:
+    result = run_cli_without_torch([command, "--help"], tmp_path)
+    assert result.returncode == 0 and "usage: torchslurm" in result.stdout, result.stderr

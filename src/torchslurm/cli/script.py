@@ -48,7 +48,8 @@ def _field_doc(name: str) -> str:
     source = inspect.getsource(JobSpec)
     marker = f"    {name}:"
     after = source.split(marker, 1)[1].split('"""', 2)
-    return after[1].strip() if len(after) > 2 else name
+    text = after[1].strip() if len(after) > 2 else name
+    return text.replace("%", "%%")  # argparse %-formats help strings (`%x-%j.out`)
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
