@@ -135,11 +135,11 @@ def render_table(results: Sequence[BenchResult], header: str = "") -> str:
     lines.append(f"{'op':<11} {'size':>8} {'bytes':>12} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11}")
     for r in results:
         lines.append(f"{r.op:<11} {format_size(r.size_bytes):>8} {r.size_bytes:>12} {r.time_us:>12.1f} "
-                     f"{r.algbw_gbps:>11.3f} {r.busbw_gbps:>11.3f}")
+                     f"{r.algbw_gbps:>11.4g} {r.busbw_gbps:>11.4g}")  # 4 digits: small sizes are not 0.000
     for op in dict.fromkeys(r.op for r in results):
         rows = [r for r in results if r.op == op]
         peak = max(rows, key=lambda r: r.busbw_gbps)
-        lines.append(f"peak {op} busbw: {peak.busbw_gbps:.3f} GB/s at {format_size(peak.size_bytes)}")
+        lines.append(f"peak {op} busbw: {peak.busbw_gbps:.4g} GB/s at {format_size(peak.size_bytes)}")
     return "\n".join(lines) + "\n"
 
 

@@ -382,5 +382,5 @@ def test_table_has_a_row_per_result_and_each_ops_peak() -> None:
     text = bench.render_table(rows, header="hdr")
     lines = text.splitlines()
     assert lines[0] == "hdr" and len(lines) == 2 + 3 + 2
-    assert "peak all_reduce busbw: 10.500 GB/s at 1M" in text
-    assert "peak broadcast busbw: 0.200 GB/s at 1K" in text
+    assert "peak all_reduce busbw: 10.5 GB/s at 1M" in text
+    assert "peak broadcast busbw: 0.2 GB/s at 1K" in text
