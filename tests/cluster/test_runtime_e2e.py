@@ -291,3 +291,16 @@ def test_torchslurm_train_in_a_batch_script_without_srun_trains_on_all_nodes(clu
                      out), out[-4000:]
     assert re.search(r"Epoch 1 - Avg Loss: \d+\.\d{6}, Accuracy: \d+\.\d\d%", out), out[-4000:]
     assert len(list((cluster.job_dir / "run" / "checkpoints").iterdir())) == 1
+
+
+def test_readme_flow_mnist_example_under_torchslurm_run_trains_on_four_nodes(cluster: Cluster) -> None:
+    """The README's sandbox section: an sbatch script whose only line is `torchslurm run examples/mnist.py`."""
+    cluster.require_nodes(4)
+    example = Path(__file__).parents[2] / "examples" / "mnist.py"
+    job = cluster.sbatch(f"#!/bin/bash\n#SBATCH --nodes=4 --ntasks-per-node=1\n"
+                         f"torchslurm run {example} dataset=digits epochs=1 run_dir={cluster.job_dir / 'run'}\n")
+    assert cluster.wait(job, timeout_s=300) == "COMPLETED", cluster.output(job)[-4000:]
+    out = cluster.output(job)
+    assert re.search(r"Starting distributed training on 4 processes \(4 nodes × 1, gloo, cpu\)", out), out[-4000:]
+    assert re.search(r"Epoch 1 - Avg Loss: \d+\.\d{6}, Accuracy: \d+\.\d\d%", out), out[-4000:]
+    assert len(list((cluster.job_dir / "run" / "checkpoints").iterdir())) == 1
