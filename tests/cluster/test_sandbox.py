@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +106,22 @@ def test_not_root_is_a_clear_error(cluster: Cluster) -> None:
     assert result.returncode == 2, result.stderr
     assert "error: torchslurm sandbox needs root (effective uid is 65534)" in result.stderr
     assert "HINT: sudo torchslurm sandbox up" in result.stderr
+
+
+def test_a_failing_test_shows_its_job_logs(cluster: Cluster, tmp_path: Path) -> None:
+    """The report hook: run a failing cluster test in an inner pytest (it reuses this sandbox)."""
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    shutil.copy(Path(__file__).with_name("conftest.py"), inner / "conftest.py")
+    (inner / "test_inner.py").write_text(
+        "def test_fails(cluster):\n"
+        "    job = cluster.sbatch('#!/bin/bash\\necho marker-from-the-job-log')\n"
+        "    assert cluster.wait(job, timeout_s=30) == 'COMPLETED'\n"
+        "    assert False, 'inner failure'\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(inner),
+                             str(inner / "test_inner.py")], capture_output=True, text=True, timeout=120, cwd=inner)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "inner failure" in result.stdout
+    assert re.search(r"- job log \S+/job1\.sbatch-\d+\.out -", result.stdout), result.stdout[-3000:]
+    assert "marker-from-the-job-log" in result.stdout
+    assert sandbox.status(cluster.lab_dir).healthy  # the inner session reused the sandbox and left it up
