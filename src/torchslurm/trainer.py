@@ -211,6 +211,8 @@ class Trainer:
             val = self._finish_epoch(seen, time.perf_counter() - started)
             if self._checkpoint_due():
                 self.save()
+        if val is None:  # resumed a finished run: still report its validation metrics
+            val = self.evaluate()
         return FitResult(False, self.epoch, self.global_step, val, self._last_checkpoint, self.config.run_dir)
 
     def _train_epoch(self) -> int | None:
