@@ -161,13 +161,14 @@ def _daemon_pid_files(cfg: SandboxConfig) -> dict[str, tuple[Path, str]]:
     return files
 
 
-def ensure_packages(run: Callable[..., subprocess.CompletedProcess[str]] = _run) -> list[str]:
+def ensure_packages(run: Callable[..., subprocess.CompletedProcess[str]] = _run,
+                    which: Callable[..., str | None] = shutil.which) -> list[str]:
     """apt-get install Debian's Slurm and munge when missing; returns the packages installed."""
     search = f"{os.environ.get('PATH', '')}:{SYSTEM_PATH}"
-    missing = missing_packages({cmd: shutil.which(cmd, path=search) for cmd in PACKAGE_COMMANDS.values()})
+    missing = missing_packages({cmd: which(cmd, path=search) for cmd in PACKAGE_COMMANDS.values()})
     if not missing:
         return []
-    if not shutil.which("apt-get", path=search):
+    if not which("apt-get", path=search):
         raise EnvError(f"Slurm packages missing ({', '.join(missing)}) and apt-get not found; the sandbox "
                        f"needs Debian's Slurm 22.05. "
                        f"HINT: install {' '.join(APT_PACKAGES)} with your package manager")

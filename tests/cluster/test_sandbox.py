@@ -95,6 +95,12 @@ def test_a_second_sandbox_is_refused_while_one_is_up(cluster: Cluster, tmp_path:
     assert not (tmp_path / "second").exists()
 
 
+def test_exec_runs_the_command_on_the_node(cluster: Cluster) -> None:
+    result = cli("sandbox", "exec", "node2", "sh", "-c", "hostname; ls /sys/class/net")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["node2", "ens1f0", "lo"]
+
+
 def test_exec_on_an_unknown_node_lists_the_valid_ones(cluster: Cluster) -> None:
     result = cli("sandbox", "exec", "--lab-dir", str(cluster.lab_dir), "node99", "hostname")
     assert result.returncode == 2
