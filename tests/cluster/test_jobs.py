@@ -194,3 +194,22 @@ def test_logs_follow_until_the_job_ends(cluster: Cluster) -> None:
     assert followed.returncode == 0, followed.stderr
     assert sorted(re.findall(r"rank (\d) done", followed.stdout)) == ["0", "1"], followed.stdout
     assert cluster.job(job_id)["JobState"] == "COMPLETED"
+
+
+def test_submit_mnist_example_2x2(cluster: Cluster) -> None:
+    """Issue 5's done-when: `torchslurm submit` of the MNIST example (bundled digits) on 2 nodes x 2."""
+    example = Path(__file__).parent.parent.parent / "examples" / "mnist.py"
+    result = cli(cluster, "submit", "--name", "mnist", "--nodes", "2", "--tasks-per-node", "2", "--python",
+                 cluster.python, "--time", "10", "--env", "TORCH_CPP_LOG_LEVEL=ERROR", "--run-dir",
+                 str(cluster.job_dir), str(example), "--epochs", "2", "--lr", "0.1", "dataset=digits",
+                 f"run_dir={cluster.job_dir / 'mnist-run'}")
+    assert result.returncode == 0, result.stderr
+    job_id = re.search(r"submitted job (\d+)", result.stdout).group(1)  # type: ignore[union-attr]
+    cluster.job_ids.append(job_id)
+    wait_for(cluster, job_id, {"RUNNING", "COMPLETED"})
+    assert cluster.wait(job_id, timeout_s=180) == "COMPLETED", cluster.output(job_id)
+    assert "COMPLETED" in cli(cluster, "status", job_id).stdout
+    rank0 = cli(cluster, "logs", job_id, "--rank", "0").stdout
+    assert "Starting distributed training on 4 processes (2 nodes × 2, gloo, cpu)" in rank0, rank0
+    accuracy = re.search(r"final validation accuracy ([\d.]+)%", rank0)
+    assert accuracy and float(accuracy.group(1)) > 10, rank0  # above chance (10 classes) after 2 epochs
