@@ -6,6 +6,7 @@ Use the function-scoped `cluster` fixture; it is a `Cluster`:
     cluster.job_dir           fresh per-test directory on the shared filesystem (every node sees it)
     cluster.python            the project's python (jobs can run it: same filesystem)
     cluster.nodes             ["node1", ...]; cluster.require_nodes(4) skips when fewer are up
+    cluster.require_gpus_per_node(4) skips when the running sandbox has fewer fake GPUs
     cluster.lab_dir           the sandbox's directory
     cluster.sbatch(script, *args) -> job_id
         script: the script's text (written into job_dir) or a Path. Unless given, adds
@@ -83,6 +84,11 @@ class Cluster:
     def require_nodes(self, n: int) -> None:
         if len(self.nodes) < n:
             pytest.skip(f"needs {n} sandbox nodes, the running sandbox has {len(self.nodes)}; "
+                        f"torchslurm sandbox down, then rerun (the fixture brings up 4)")
+
+    def require_gpus_per_node(self, n: int) -> None:
+        if self.config.gpus_per_node < n:
+            pytest.skip(f"needs {n} fake GPUs per node, the running sandbox has {self.config.gpus_per_node}; "
                         f"torchslurm sandbox down, then rerun (the fixture brings up 4)")
 
     def run(self, argv: Sequence[str], timeout_s: float = 60, **kw: Any) -> subprocess.CompletedProcess[str]:

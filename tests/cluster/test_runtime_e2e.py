@@ -165,6 +165,7 @@ GPU_CASES = {
 
 
 def gpu_case(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    cluster.require_gpus_per_node(4)
     opts = GPU_CASES[name][1]
     if opts is None:
         job = cluster.sbatch(f"#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2 --gpus-per-task=1\n"
