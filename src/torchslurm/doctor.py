@@ -263,8 +263,11 @@ def check_master_port(facts: Facts) -> Check:
                      f"job {env.job_id}.", value=str(env.master_port))
     if "TORCHELASTIC_RUN_ID" in facts.environ:
         return Check("master_port", "ok", f"MASTER_PORT={port}, chosen by torchrun.", value=port)
+    derived = distenv.derived_port(facts.environ.get("SLURM_JOB_ID", "0"), facts.environ.get("SLURM_STEP_ID"))
+    if env.job_id is not None and port.strip() == str(derived):
+        return Check("master_port", "ok", f"MASTER_PORT={port}, derived from job {env.job_id} by torchslurm.",
+                     value=port)
     if env.job_id is not None:
-        derived = distenv.derived_port(facts.environ.get("SLURM_JOB_ID", "0"), facts.environ.get("SLURM_STEP_ID"))
         return Check("master_port", "warn", f"MASTER_PORT={port} is fixed inside Slurm job {env.job_id}: when two "
                      "jobs share a node, the second job's rank 0 gets 'address in use' and its other ranks join "
                      "the first job's store, breaking both.",
@@ -447,7 +450,9 @@ def _user_interface(var: str, value: str, facts: Facts, env: distenv.DistEnv, ch
     if chosen is not None and chosen not in matched:
         return Check(var.lower(), "warn", f"{var}={value} exists here, but the kernel reaches the master through "
                      f"{chosen}.", f"set {var}={chosen} on this node, or unset it.", value)
-    return Check(var.lower(), "ok", f"{var}={value} (set by you) exists on {facts.hostname}.", value=value)
+    route = " and reaches the master" if chosen in matched else ""
+    return Check(var.lower(), "ok", f"{var}={value} is set; {', '.join(matched)} is UP on {facts.hostname}{route}.",
+                 value=value)
 
 
 def _batch_gpus(environ: Mapping[str, str]) -> Check:

@@ -384,3 +384,11 @@ def test_table_has_a_row_per_result_and_each_ops_peak() -> None:
     assert lines[0] == "hdr" and len(lines) == 2 + 3 + 2
     assert "peak all_reduce busbw: 10.5 GB/s at 1M" in text
     assert "peak broadcast busbw: 0.2 GB/s at 1K" in text
+
+
+def test_master_port_that_torchslurm_run_derived_for_this_step_is_ok() -> None:
+    from torchslurm.distenv import derived_port
+
+    port = str(derived_port("42", "0"))
+    check = doctor.check_master_port(facts({**SRUN, "MASTER_PORT": port}))
+    assert (check.status, check.value) == ("ok", port)
