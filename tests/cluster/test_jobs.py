@@ -144,7 +144,7 @@ def test_hostile_values_reach_slurm_and_python_as_data(cluster: Cluster) -> None
 def test_torchrun_mode_signal_reaches_workers_not_agent(cluster: Cluster) -> None:
     """--signal without B: reaches the workers under torchrun; the agent ignores it and lives on."""
     job = submit(JobSpec(script=str(PROBE), name="trsig", nodes=2, launch="torchrun", nproc_per_node=2,
-                         cpus_per_task=2, python=cluster.python, env={"PROBE_SLEEP_S": "25"}, time="5",
+                         cpus_per_task=2, python=cluster.python, env={"PROBE_SLEEP_S": "15"}, time="5",
                          preemptible=True, grace_s=60, signal="USR2"),
                  run_dir=cluster.job_dir, client=SlurmClient(environ=cluster.environ))
     cluster.job_ids.append(job.id)
