@@ -13,12 +13,14 @@ import hashlib
 import json
 import logging
 import os
+import random
 import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import torch
 
 from torchslurm.errors import CheckpointError
@@ -162,3 +164,33 @@ def load_latest(root: Path, map_location: str | torch.device = "cpu") -> tuple[P
             f"HINT: delete {root} to start afresh, or set resume=never."
         )
     return None
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) — call before building the model."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states as tensors and plain types (loadable with weights_only=True)."""
+    version, internal, gauss = random.getstate()
+    key, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": {"key": key, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["key"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -11,13 +11,13 @@ import gzip
 import importlib.util
 import logging
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import Dataset, DistributedSampler, Sampler, TensorDataset
 
 from torchslurm.config import DATASETS
 from torchslurm.errors import ConfigError
@@ -189,3 +189,34 @@ def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:
     classes = getattr(dataset, "classes", None)  # torchvision's ImageFolder
     first = dataset[0][0]
     return tuple(first.shape), len(classes) if classes is not None else 10
+
+
+class SkipSampler(Sampler[int]):
+    """The wrapped sampler's indices after the first `skip` (resume inside an epoch)."""
+
+    def __init__(self, inner: DistributedSampler[Any], skip: int) -> None:
+        self.inner, self.skip = inner, skip
+
+    def __iter__(self) -> Iterator[int]:
+        it = iter(self.inner)
+        for _ in range(self.skip):
+            next(it)
+        return it
+
+    def __len__(self) -> int:
+        return max(0, len(self.inner) - self.skip)
+
+
+class ShardSampler(Sampler[int]):
+    """Rank r of W gets indices r, r+W, r+2W, … of the dataset: no padding, no repeats, so
+    validation sums over all ranks cover each sample exactly once (DistributedSampler would pad
+    by repeating samples and bias the metrics)."""
+
+    def __init__(self, size: int, rank: int, world_size: int) -> None:
+        self.indices = range(rank, size, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)

@@ -12,24 +12,24 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from torchslurm import checkpoint
+from torchslurm.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.config import TrainConfig
+from torchslurm.data import ShardSampler, SkipSampler
 from torchslurm.errors import CheckpointError, ConfigError
 from torchslurm.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
 
@@ -82,67 +82,6 @@ def _topology(ctx: DistContext | None, environ: Mapping[str, str]) -> _Topology:
     return _Topology(0, 1, 0, torch.device("cpu"), "none", 1, 1, "local")
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices) — call before building the model."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict[str, Any]:
-    """This process's RNG states as tensors and plain types (loadable with weights_only=True)."""
-    version, internal, gauss = random.getstate()
-    key, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
-    return {
-        "python": [version, list(internal), gauss],
-        "numpy": {"key": key, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached": float(cached)},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    n = state["numpy"]
-    np.random.set_state((n["key"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-class _Skip(Sampler[int]):
-    """The wrapped sampler's indices after the first `skip` (resume inside an epoch)."""
-
-    def __init__(self, inner: DistributedSampler[Any], skip: int) -> None:
-        self.inner, self.skip = inner, skip
-
-    def __iter__(self) -> Iterator[int]:
-        it = iter(self.inner)
-        for _ in range(self.skip):
-            next(it)
-        return it
-
-    def __len__(self) -> int:
-        return max(0, len(self.inner) - self.skip)
-
-
-class _Shard(Sampler[int]):
-    """Rank r of W gets indices r, r+W, r+2W, … of the dataset: no padding, no repeats, so
-    validation sums over all ranks cover each sample exactly once (DistributedSampler would pad
-    by repeating samples and bias the metrics)."""
-
-    def __init__(self, size: int, rank: int, world_size: int) -> None:
-        self.indices = range(rank, size, world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
 class Trainer:
     """Train `model` with DDP on every rank of the current process group.
 
@@ -180,6 +119,7 @@ class Trainer:
         self.epoch, self.batches_done, self.global_step = 0, 0, 0
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
         self._last_checkpoint: Path | None = None
+        self._saved_step = -1
 
     @property
     def lr_factor(self) -> float:
@@ -204,10 +144,12 @@ class Trainer:
             started = time.perf_counter()
             seen = self._train_epoch()
             if seen is None:
-                path = self.save()
-                logger.info("stopping early at epoch %d step %d; checkpoint %s",
-                            self.epoch + 1, self.global_step, path or "(written by rank 0)")
-                return FitResult(True, self.epoch, self.global_step, val, path, self.config.run_dir)
+                if self._saved_step != self.global_step:  # not just saved by checkpoint_every_steps
+                    self.save()
+                if self.is_main:
+                    logger.info("stopping early at epoch %d step %d", self.epoch + 1, self.global_step)
+                return FitResult(True, self.epoch, self.global_step, val, self._last_checkpoint,
+                                 self.config.run_dir)
             val = self._finish_epoch(seen, time.perf_counter() - started)
             if self._checkpoint_due():
                 self.save()
@@ -290,7 +232,7 @@ class Trainer:
         # draw from the global torch RNG (which the checkpoint restores for dropout & co).
         generator = torch.Generator().manual_seed(cfg.seed * 100_003 + self.epoch)
         return DataLoader(self.train_data, batch_size=cfg.batch_size,
-                          sampler=_Skip(sampler, self.batches_done * cfg.batch_size),
+                          sampler=SkipSampler(sampler, self.batches_done * cfg.batch_size),
                           num_workers=cfg.num_workers, pin_memory=self._pin, generator=generator)
 
     @property
@@ -301,7 +243,7 @@ class Trainer:
         """Exact loss and accuracy over `dataset` (default: the validation data), all ranks together.
         Every rank must call it."""
         data = self.val_data if dataset is None else dataset
-        sampler = _Shard(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
+        sampler = ShardSampler(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
         loader = DataLoader(data, batch_size=self.config.batch_size, sampler=sampler,
                             num_workers=self.config.num_workers, pin_memory=self._pin,
                             generator=torch.Generator().manual_seed(self.config.seed))
@@ -385,6 +327,7 @@ class Trainer:
     def save(self) -> Path | None:
         """Checkpoint at the current step boundary. Every rank must call it: RNG states are gathered
         from all ranks, rank 0 writes, and a barrier keeps any rank from running ahead."""
+        self._saved_step = self.global_step
         mine = {"rng": rng_state(), "sums": self._sums.tolist()}
         per_rank: list[Any] = [mine]
         if self.topo.world_size > 1:
@@ -431,7 +374,7 @@ class Trainer:
                 self.log.keep_until(0)
             return False
         try:
-            state = checkpoint.load(path, map_location=self.device)
+            state = checkpoint.load(path)  # on the CPU: RNG states must stay CPU tensors
         except CheckpointError as exc:
             raise CheckpointError(f"rank {self.topo.rank} cannot read {path}: {exc} HINT: run_dir must be "
                                   "on a filesystem every node sees (e.g. your home or project dir).") from exc
@@ -440,15 +383,18 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         if self.scheduler is not None and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.scheduler is None:  # the config's lr is the truth (world size or lr may have changed)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.lr * self.lr_factor
         self.epoch, self.batches_done, self.global_step = state["epoch"], state["batches_done"], state["global_step"]
-        if state["world_size"] == self.topo.world_size:
+        changed = self._layout_changes(state)
+        if not changed:
             mine = state["ranks"][self.topo.rank]
             set_rng_state(mine["rng"])
             self._sums = torch.tensor(mine["sums"], dtype=torch.float64, device=self.device)
         else:
-            logger.warning("checkpoint %s was written by %d ranks, this run has %d: data order and RNG streams "
-                           "differ from an uninterrupted run%s", path, state["world_size"], self.topo.world_size,
-                           "; restarting the interrupted epoch" if self.batches_done else "")
+            logger.warning("checkpoint %s: %s, so data order and RNG streams differ from an uninterrupted run%s",
+                           path, changed, "; restarting the interrupted epoch" if self.batches_done else "")
             self.batches_done = 0
             seed_everything(self.config.seed + self.topo.rank + 1000 * self.epoch)
         if self.is_main:
@@ -456,3 +402,11 @@ class Trainer:
             logger.info("Resuming from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batches_done,
                         self.global_step)
         return True
+
+    def _layout_changes(self, state: dict[str, Any]) -> str:
+        """What changed since the checkpoint that makes its position in the epoch meaningless ('' if nothing)."""
+        saved = {"world_size": state["world_size"], **{k: state["config"].get(k) for k in
+                                                        ("batch_size", "seed", "grad_accum_steps")}}
+        now = {"world_size": self.topo.world_size, "batch_size": self.config.batch_size, "seed": self.config.seed,
+               "grad_accum_steps": self.config.grad_accum_steps}
+        return ", ".join(f"{k} was {saved[k]}, now {now[k]}" for k in now if saved[k] != now[k])

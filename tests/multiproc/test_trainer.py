@@ -155,6 +155,22 @@ def test_resume_fallback_and_determinism_with_two_ranks(tmp_path: Path) -> None:
     assert (tmp_path / "full" / "curves.png").stat().st_size > 10_000
 
 
+def test_resume_with_changed_batch_size_restarts_the_epoch(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from torchslurm.trainer import Trainer
+
+    model, optimizer, loss_fn, train, val, cfg = _parts(tmp_path, epochs=2, checkpoint_every_steps=10,
+                                                        batch_size=64, log_every=0)
+    trainer = Trainer(model, optimizer, loss_fn, train, val, cfg)
+    trainer.should_stop = lambda: trainer.global_step == 30  # mid-epoch 2 (23 steps per epoch)
+    assert trainer.fit().stopped_early
+    model, optimizer, loss_fn, train, val, cfg = _parts(tmp_path, epochs=2, batch_size=32, log_every=0)
+    with caplog.at_level(logging.INFO, logger="torchslurm"):
+        result = Trainer(model, optimizer, loss_fn, train, val, cfg).fit()
+    assert "batch_size was 64, now 32, so data order and RNG streams differ" in caplog.text
+    assert "restarting the interrupted epoch" in caplog.text and "Resuming from" in caplog.text
+    assert result.epochs_done == 2 and not result.stopped_early and result.global_step == 30 + 45
+
+
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_validation_metrics_equal_one_process(tmp_path: Path, nproc: int) -> None:
     import torch

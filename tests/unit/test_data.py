@@ -98,3 +98,18 @@ def test_unknown_dataset_lists_choices() -> None:
 def test_bad_val_fraction() -> None:
     with pytest.raises(ConfigError, match=r"val_fraction=1.5, expected a fraction strictly between 0 and 1"):
         data.digits(val_fraction=1.5)
+
+
+@pytest.mark.parametrize(("size", "world"), [(359, 2), (359, 3), (2, 3), (10, 1)])
+def test_shards_cover_every_sample_exactly_once(size: int, world: int) -> None:
+    shards = [list(data.ShardSampler(size, rank, world)) for rank in range(world)]
+    assert sorted(i for shard in shards for i in shard) == list(range(size))
+    assert [len(data.ShardSampler(size, rank, world)) for rank in range(world)] == [len(s) for s in shards]
+
+
+def test_skip_sampler_resumes_the_same_order() -> None:
+    dataset = torch.utils.data.TensorDataset(torch.arange(50))
+    full = torch.utils.data.DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=7)
+    full.set_epoch(3)
+    skipped = data.SkipSampler(full, 8)
+    assert list(skipped) == list(full)[8:] and len(skipped) == 17
