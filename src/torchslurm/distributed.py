@@ -80,7 +80,8 @@ def init(backend: str | None = None, timeout_s: float | None = None,
          environ: MutableMapping[str, str] | None = None) -> DistContext:
     """Initialise torch.distributed for this process, whatever launched it.
 
-    backend: 'nccl' or 'gloo'; default NCCL when this rank has a CUDA device, else Gloo.
+    backend: 'nccl' or 'gloo'; default: TORCHSLURM_BACKEND (written by `torchslurm script` from the
+    job spec), else NCCL when this rank has a CUDA device, else Gloo.
     timeout_s: how long to wait for peers (default DEFAULT_TIMEOUT_S).
     environ: the process environment (default os.environ); NIC variables are written into it
     because NCCL and Gloo read them from the process environment at init.
@@ -95,7 +96,7 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     for warning in env.warnings:
         logger.warning("%s", warning)
     device = _device_for(env, environ)
-    chosen_backend = choose_backend(backend, device)
+    chosen_backend = choose_backend(backend or environ.get("TORCHSLURM_BACKEND") or None, device)
     interface_env = netif.socket_ifname_env(environ, env.master_addr)
     environ.update(interface_env)
     timeout = timedelta(seconds=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
