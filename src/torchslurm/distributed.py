@@ -96,7 +96,10 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     for warning in env.warnings:
         logger.warning("%s", warning)
     device = _device_for(env, environ)
-    chosen_backend = choose_backend(backend or environ.get("TORCHSLURM_BACKEND") or None, device)
+    if backend is None and environ.get("TORCHSLURM_BACKEND"):
+        chosen_backend = choose_backend(environ["TORCHSLURM_BACKEND"], device, setting="TORCHSLURM_BACKEND")
+    else:
+        chosen_backend = choose_backend(backend, device)
     interface_env = netif.socket_ifname_env(environ, env.master_addr)
     environ.update(interface_env)
     timeout = timedelta(seconds=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
@@ -113,16 +116,19 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def choose_backend(requested: str | None, device: torch.device) -> str:
-    """NCCL for CUDA ranks, Gloo otherwise; an explicit choice is checked against the device."""
+def choose_backend(requested: str | None, device: torch.device, setting: str = "backend") -> str:
+    """NCCL for CUDA ranks, Gloo otherwise; an explicit choice is checked against the device.
+
+    `setting` names where the choice came from, for the error message.
+    """
     if requested is None:
         return "nccl" if device.type == "cuda" else "gloo"
     if requested not in BACKENDS:
-        raise ConfigError(f"backend={requested!r} is not supported; choose one of {', '.join(BACKENDS)}. "
+        raise ConfigError(f"{setting}={requested!r} is not supported; choose one of {', '.join(BACKENDS)}. "
                           "HINT: leave backend unset to pick NCCL on GPUs and Gloo on CPUs.")
     if requested == "nccl" and device.type != "cuda":
         raise ConfigError(
-            "backend='nccl' but this rank has no CUDA device (torch.cuda.device_count()="
+            f"{setting}='nccl' but this rank has no CUDA device (torch.cuda.device_count()="
             f"{torch.cuda.device_count()}). NCCL only runs on GPUs. HINT: use backend='gloo' on CPU "
             "nodes, or request GPUs from Slurm (--gpus-per-node)."
         )
