@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from torchslurm import devices, distenv, hostlist, netif
@@ -89,6 +90,10 @@ class Facts:
     """The local address the kernel would use to reach the master; None when unroutable."""
     own_addresses: tuple[str, ...] = ()
     """What this host's own name resolves to."""
+    first_node_ips: tuple[str, ...] = ()
+    """What the first node of the Slurm step (where rank 0 runs) resolves to; empty outside Slurm."""
+    infiniband: tuple[str, ...] = ()
+    """InfiniBand devices of this host (/sys/class/infiniband)."""
     commands: Mapping[str, str | None] = field(default_factory=dict)
     """Slurm client command → its path on PATH, or None."""
     python: str = ""
@@ -136,6 +141,18 @@ def master_name(env: distenv.DistEnv, environ: Mapping[str, str]) -> str:
             except TorchSlurmError:
                 pass
     return env.master_addr
+
+
+def first_node(env: distenv.DistEnv, environ: Mapping[str, str]) -> str | None:
+    """Where srun puts rank 0: the first node of the step (an srun task) or of the job (a batch shell)."""
+    if env.launcher not in ("srun", "batch"):
+        return None
+    names = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST") if env.launcher == "srun" else ("SLURM_JOB_NODELIST",)
+    nodes = next((environ[n] for n in names if environ.get(n)), None)
+    try:
+        return hostlist.expand(nodes)[0] if nodes else None
+    except TorchSlurmError:
+        return None
 
 
 def check_placement(facts: Facts) -> Check:
@@ -233,6 +250,14 @@ def check_master_addr(facts: Facts) -> Check:
         return Check("master_addr", "fail", f"MASTER_ADDR={master!r} resolves to no address here.",
                      "use a node name of this job or an IP address.", master)
     shown = f"MASTER_ADDR={master} resolves to {', '.join(facts.master_ips)} on {facts.hostname}"
+    first = first_node(env, facts.environ)
+    if (first and master != first and facts.first_node_ips and "MASTER_ADDR" in facts.environ
+            and not set(facts.master_ips) & set(facts.first_node_ips)):
+        return Check("master_addr", "fail", f"{shown}, but rank 0 runs on {first} ({facts.first_node_ips[0]}), the "
+                     "first node of this Slurm step: rank 0 starts the store there while the others wait at "
+                     f"{master} (a hard-coded MASTER_ADDR).", "remove MASTER_ADDR from the job script; torchslurm "
+                     "uses the first node of the step (or: scontrol show hostnames $SLURM_JOB_NODELIST | head -n1).",
+                     master)
     loopback = all(ipaddress.ip_address(ip.split("%", 1)[0]).is_loopback for ip in facts.master_ips)
     if loopback and nodes > 1:
         if netif._is_local_name(master) or not _on_master_node(env):
@@ -300,6 +325,19 @@ def check_interfaces(facts: Facts, backend: str | None = None) -> list[Check]:
     return checks
 
 
+def check_nccl_env(facts: Facts) -> Check:
+    """NCCL/torch debug and tuning variables; NCCL_IB_DISABLE=1 on a host with InfiniBand."""
+    names = sorted(n for n in facts.environ if n not in netif.ENV_NAMES
+                   and (n.startswith(("NCCL_", "TORCH_NCCL_")) or n == "TORCH_DISTRIBUTED_DEBUG"))
+    shown = ", ".join(f"{n}={facts.environ[n]}" for n in names)
+    if facts.environ.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0") and facts.infiniband:
+        return Check("nccl_env", "warn", f"NCCL_IB_DISABLE={facts.environ['NCCL_IB_DISABLE']} but this node has "
+                     f"InfiniBand ({', '.join(facts.infiniband)}): NCCL falls back to TCP sockets, many times slower.",
+                     "unset NCCL_IB_DISABLE unless a hang was traced to InfiniBand (NCCL_DEBUG=INFO shows it).")
+    return Check("nccl_env", "ok", f"set: {shown}." if names else "no NCCL or torch debug variables set "
+                 f"({DEBUG_HINT}).")
+
+
 def check_slurm_commands(facts: Facts) -> Check:
     missing = [c for c in SLURM_COMMANDS if not facts.commands.get(c)]
     found = [c for c in SLURM_COMMANDS if facts.commands.get(c)]
@@ -324,7 +362,7 @@ def run_checks(facts: Facts, backend: str | None = None) -> list[Check]:
     """Every check, in the order a user reads them."""
     return [check_placement(facts), check_torch(facts), check_gpus(facts), check_backend(facts, backend),
             check_master_addr(facts), check_master_port(facts), *check_interfaces(facts, backend),
-            check_slurm_commands(facts)]
+            check_nccl_env(facts), check_slurm_commands(facts)]
 
 
 def report(facts: Facts, checks: Sequence[Check]) -> Report:
@@ -350,10 +388,17 @@ def gather(environ: Mapping[str, str], which: Callable[[str], str | None] | None
         except EnvError as exc:
             resolve_error = str(exc)
         source = next((s for s in map(netif.source_address, master_ips) if s is not None), None)
+    first = first_node(env, environ) if env is not None else None
+    try:
+        first_ips = tuple(netif.resolve(first)) if first else ()
+    except EnvError:
+        first_ips = ()
+    infiniband = Path("/sys/class/infiniband")
     return Facts(
         environ=environ, hostname=socket.gethostname(), torch=torch_facts, torch_error=torch_error,
         interfaces=tuple(netif.list_interfaces()), master_ips=master_ips, resolve_error=resolve_error,
-        source=source, own_addresses=tuple(netif.own_addresses()),
+        source=source, own_addresses=tuple(netif.own_addresses()), first_node_ips=first_ips,
+        infiniband=tuple(sorted(p.name for p in infiniband.iterdir())) if infiniband.is_dir() else (),
         commands={name: which(name) for name in SLURM_COMMANDS}, python=sys.executable,
     )
 

@@ -195,6 +195,16 @@ def test_batch_shell_checks_the_master_its_ranks_will_use() -> None:
     assert (check.status, check.value) == ("ok", "node1")
 
 
+def test_hard_coded_master_addr_that_is_not_rank_0s_node_fails() -> None:
+    env = {**SRUN, "MASTER_ADDR": "192.168.20.15"}
+    check = doctor.check_master_addr(facts(env, master_ips=("192.168.20.15",), first_node_ips=("198.18.0.11",)))
+    assert check.status == "fail"
+    assert_actionable(check, "MASTER_ADDR=192.168.20.15", "rank 0 runs on node1")
+    assert "remove MASTER_ADDR" in check.hint
+    same_node = facts({**SRUN, "MASTER_ADDR": "198.18.0.11"}, first_node_ips=("198.18.0.11",))
+    assert doctor.check_master_addr(same_node).status == "ok"
+
+
 def test_fixed_master_port_inside_slurm_warns_pitfall_4() -> None:
     check = doctor.check_master_port(facts({**SRUN, "MASTER_PORT": "29500"}))
     assert (check.status, check.value) == ("warn", "29500")
@@ -267,6 +277,16 @@ def test_no_interface_choice_fails_with_the_runtimes_hint() -> None:
     assert "/etc/hosts" in gloo.hint
 
 
+def test_nccl_ib_disable_on_a_host_with_infiniband_warns() -> None:
+    env = {**SRUN, "NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "INFO"}
+    warned = doctor.check_nccl_env(facts(env, infiniband=("mlx5_0",)))
+    assert warned.status == "warn"
+    assert_actionable(warned, "NCCL_IB_DISABLE=1", "mlx5_0")
+    plain = doctor.check_nccl_env(facts(env))
+    assert plain.status == "ok" and plain.detail == "set: NCCL_DEBUG=INFO, NCCL_IB_DISABLE=1."
+    assert "NCCL_DEBUG=INFO" in doctor.check_nccl_env(facts(SRUN)).detail  # says how to debug a hang
+
+
 # ---- Slurm commands -----------------------------------------------------------------------------
 
 
@@ -293,7 +313,7 @@ def test_report_of_a_healthy_srun_task_has_no_failure_and_renders_every_check() 
     assert all(line.startswith("node2/2: ") for line in text.splitlines())  # several ranks share the output
     assert [c["name"] for c in result.to_json()["checks"]] == [
         "placement", "torch", "gpus", "backend", "master_addr", "master_port", "nccl_socket_ifname",
-        "gloo_socket_ifname", "slurm_commands"]
+        "gloo_socket_ifname", "nccl_env", "slurm_commands"]
 
 
 def test_report_with_a_failure_is_failed_and_shows_the_hint() -> None:
