@@ -134,12 +134,7 @@ def master_name(env: distenv.DistEnv, environ: Mapping[str, str]) -> str:
     """The master the job's ranks will use. In a batch shell that is not the shell's own
     127.0.0.1 but the first node of the job: where `srun`/`torchslurm run` put rank 0."""
     if env.launcher == "batch" and not environ.get("MASTER_ADDR"):
-        nodes = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-        if nodes:
-            try:
-                return hostlist.expand(nodes)[0]
-            except TorchSlurmError:
-                pass
+        return first_node(env, environ) or env.master_addr
     return env.master_addr
 
 
@@ -213,9 +208,18 @@ def check_gpus(facts: Facts) -> Check:
     return Check("gpus", "ok", choice.reason, value=choice.name)
 
 
+def requested_backend(facts: Facts, requested: str | None) -> tuple[str | None, str]:
+    """(backend asked for, where it was asked): --backend wins over TORCHSLURM_BACKEND, as in init()."""
+    if requested:
+        return requested, f"--backend {requested}"
+    value = facts.environ.get("TORCHSLURM_BACKEND")
+    return (value, f"TORCHSLURM_BACKEND={value}") if value else (None, "")
+
+
 def check_backend(facts: Facts, requested: str | None = None) -> Check:
+    requested, source = requested_backend(facts, requested)
     if requested is not None and requested not in ("gloo", "nccl"):
-        return Check("backend", "fail", f"--backend={requested!r} is not a backend torchslurm supports.",
+        return Check("backend", "fail", f"{source} is not a backend torchslurm supports.",
                      "choose gloo or nccl, or leave it unset (NCCL on GPUs, Gloo on CPUs).", requested)
     t = facts.torch
     if t is None:
@@ -224,17 +228,17 @@ def check_backend(facts: Facts, requested: str | None = None) -> Check:
     has_cuda = t.cuda_device_count > 0
     backend = requested or ("nccl" if has_cuda else "gloo")
     if backend == "nccl" and not has_cuda:
-        return Check("backend", "fail", f"backend nccl requested but torch sees no CUDA device "
+        return Check("backend", "fail", f"{source} asks for NCCL but torch sees no CUDA device "
                      f"(torch.cuda.device_count()=0, torch.version.cuda={t.cuda!r}); NCCL only runs on GPUs.",
-                     "use --backend gloo (backend='gloo') on CPU nodes, or request GPUs from Slurm "
-                     "(--gpus-per-node).", backend)
+                     "use gloo on CPU nodes (--backend gloo, backend='gloo', or unset TORCHSLURM_BACKEND), "
+                     "or request GPUs from Slurm (--gpus-per-node).", backend)
     if backend == "nccl" and t.nccl is None:
         return Check("backend", "fail", f"backend nccl but torch {t.version} was built without NCCL.",
                      "install a CUDA build of torch with NCCL, or use backend gloo.", backend)
     if backend == "gloo" and not t.gloo:
         return Check("backend", "fail", f"backend gloo but torch {t.version} was built without Gloo.",
                      "install an official torch build.", backend)
-    why = "requested" if requested else ("CUDA device visible" if has_cuda else "no CUDA device")
+    why = source if requested else ("CUDA device visible" if has_cuda else "no CUDA device")
     return Check("backend", "ok", f"{backend} ({why}).", value=backend)
 
 
@@ -307,7 +311,8 @@ def check_interfaces(facts: Facts, backend: str | None = None) -> list[Check]:
     if env is None:
         return [_skipped(name.lower()) for name in netif.ENV_NAMES]
     chosen, why = _chosen_interface(facts, env)
-    uses_nccl = (backend or ("nccl" if facts.torch and facts.torch.cuda_device_count else "gloo")) == "nccl"
+    requested = requested_backend(facts, backend)[0]
+    uses_nccl = (requested or ("nccl" if facts.torch and facts.torch.cuda_device_count else "gloo")) == "nccl"
     checks = []
     for var in netif.ENV_NAMES:
         name, value = var.lower(), facts.environ.get(var)

@@ -140,8 +140,17 @@ def test_gpus_cannot_be_counted_without_torch() -> None:
 def test_nccl_requested_without_cuda_fails() -> None:
     check = doctor.check_backend(facts(SRUN), "nccl")
     assert (check.status, check.value) == ("fail", "nccl")
-    assert_actionable(check, "nccl", "torch.cuda.device_count()=0")
+    assert_actionable(check, "--backend nccl", "torch.cuda.device_count()=0")
     assert "--backend gloo" in check.hint
+
+
+def test_nccl_from_the_generated_job_script_on_a_cpu_node_fails_naming_the_variable() -> None:
+    check = doctor.check_backend(facts({**SRUN, "TORCHSLURM_BACKEND": "nccl"}))
+    assert check.status == "fail"
+    assert_actionable(check, "TORCHSLURM_BACKEND=nccl", "no CUDA device")
+    assert doctor.check_backend(facts({**SRUN, "TORCHSLURM_BACKEND": "nccl"}), "gloo").status == "ok"
+    bad = doctor.check_backend(facts({**SRUN, "TORCHSLURM_BACKEND": "mpi"}))
+    assert bad.status == "fail" and "TORCHSLURM_BACKEND=mpi" in bad.detail
 
 
 def test_backend_defaults_follow_the_device() -> None:
