@@ -353,15 +353,25 @@ BLOCK_TORCH = textwrap.dedent("""
 
     sys.meta_path.insert(0, BlockTorch())
     from torchslurm.cli import main
-    code = main(["doctor", "--json"])
+    code = main(sys.argv[1:])
     assert "torch" not in sys.modules
     sys.exit(code)
 """)
 
 
+def without_torch(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", BLOCK_TORCH, *argv], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+
+
+def test_bench_validates_and_plans_without_torch() -> None:
+    result = without_torch("bench", "--nproc", "2", "--sizes", "1K,1M", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("local: ") and "cli/bench.py --sizes 1K,1M" in result.stdout
+
+
 def test_doctor_runs_and_says_so_without_torch() -> None:
-    result = subprocess.run([sys.executable, "-c", BLOCK_TORCH], capture_output=True, text=True, timeout=60,
-                            env={"PATH": "/usr/bin:/bin"})
+    result = without_torch("doctor", "--json")
     assert result.returncode == 0, result.stderr
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert checks["torch"]["status"] == "warn" and "not installed" in checks["torch"]["detail"]
