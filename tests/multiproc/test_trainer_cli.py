@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,14 +19,33 @@ from torchslurm import checkpoint
 pytestmark = pytest.mark.multiproc
 
 
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_", "TORCHSLURM_"))
+            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+
+
 def _train(*overrides: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     result = subprocess.run([sys.executable, "-m", "torchslurm", "train", "--nproc", "2", *overrides],
-                            capture_output=True, text=True, timeout=300, env=env)
+                            capture_output=True, text=True, timeout=300, env=_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def _preempted(run_dir: Path) -> tuple[int, str]:
+    """`torchslurm train` sent SIGUSR2 (Slurm's warning signal) once the first step is logged."""
+    proc = subprocess.Popen([sys.executable, "-m", "torchslurm", "train", "--nproc", "2", f"run_dir={run_dir}",
+                             "log_every=1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=_env())
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        if metrics.exists() and '"kind": "step"' in metrics.read_text():
+            proc.send_signal(signal.SIGUSR2)
+            break
+        time.sleep(0.05)
+    out, _ = proc.communicate(timeout=240)
+    return proc.returncode, out
 
 
 def _final_model(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -33,7 +54,7 @@ def _final_model(run_dir: Path) -> dict[str, torch.Tensor]:
     return model
 
 
-def test_demo_reaches_90_percent_and_resume_after_epoch_2_matches(tmp_path: Path) -> None:
+def test_demo_reaches_90_percent_and_resumes_bitwise_after_preemption(tmp_path: Path) -> None:
     full = _train(f"run_dir={tmp_path / 'full'}")
     assert re.search(r"Starting distributed training on 2 processes \(1 node × 2, gloo, cpu\), "
                      r"master localhost:\d+", full.stdout)
@@ -43,15 +64,18 @@ def test_demo_reaches_90_percent_and_resume_after_epoch_2_matches(tmp_path: Path
         assert (tmp_path / "full" / name).stat().st_size > 0
     assert f"plot         {tmp_path / 'full' / 'curves.png'}" in full.stdout
 
-    first = _train(f"run_dir={tmp_path / 'split'}", "epochs=2")
-    assert "Epoch 3" not in first.stdout
-    second = _train(f"run_dir={tmp_path / 'split'}")
-    assert "Resuming from" in second.stdout and "epoch 3, batch 0, step 46" in second.stdout
-    assert "Epoch 1 " not in second.stdout and "Epoch 4 - Avg Loss" in second.stdout
-    a, b = _final_model(tmp_path / "full"), _final_model(tmp_path / "split")
+    # Preempted mid-epoch (the signal reaches the ranks through the launcher): checkpoint, exit 75;
+    # the same command then resumes inside the epoch and ends with the same weights.
+    code, out = _preempted(tmp_path / "preempted")
+    assert code == 75, out[-3000:]
+    assert "stopping early at epoch" in out
+    resumed = _train(f"run_dir={tmp_path / 'preempted'}")
+    assert re.search(r"Resuming from .*: epoch \d, batch [1-9]\d*, step", resumed.stdout)  # inside an epoch
+    assert "Epoch 4 - Avg Loss" in resumed.stdout
+    a, b = _final_model(tmp_path / "full"), _final_model(tmp_path / "preempted")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    epochs = [json.loads(line)["epoch"] for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
-              if '"kind": "epoch"' in line]
+    epochs = [json.loads(line)["epoch"] for line in (tmp_path / "preempted" / "metrics.jsonl").read_text()
+              .splitlines() if '"kind": "epoch"' in line]
     assert epochs == [1, 2, 3, 4]
 
 

@@ -84,6 +84,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     import torchslurm
     from torchslurm import config, data, models
     from torchslurm.errors import TorchSlurmError
+    from torchslurm.preemption import Preemption, preemption_config, run_command
     from torchslurm.trainer import Trainer, seed_everything
 
     parser = argparse.ArgumentParser(prog="torchslurm train (rank)")
@@ -97,7 +98,14 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
             seed_everything(cfg.seed)  # identical initial weights on every rank and every run
             model = models.build(example.resolved_model, *data.describe(train))
             optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=example.momentum)
-            result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx).fit()
+            # Preemption: a warning signal, SIGTERM or the job's deadline stops all ranks after the
+            # same step, the Trainer checkpoints, rank 0 requeues (see torchslurm.preemption).
+            stop = Preemption(preemption_config(os.environ, run_command if ctx.is_main else None))
+            with stop:
+                result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx,
+                                 should_stop=stop.should_stop).fit()
+            if result.stopped_early:
+                return stop.finish(ctx.rank)
             if ctx.is_main:
                 _print_outputs(cfg.run_dir, result.checkpoint)
     except TorchSlurmError as exc:
