@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 
-.PHONY: demo test lint slurm-packages clean
+.PHONY: demo test slurm-packages clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
