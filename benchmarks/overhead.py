@@ -77,7 +77,8 @@ def rank_main(rounds: int, batch_size: int) -> None:
                   f"median of {len(hand_ms)} epochs each")
             print(f"  hand-written DDP loop  {hand:8.3f} ms/step   (all: {', '.join(f'{x:.2f}' for x in hand_ms)})")
             print(f"  torchslurm Trainer     {ours:8.3f} ms/step   (all: {', '.join(f'{x:.2f}' for x in trainer_ms)})")
-            print(f"  ratio Trainer / hand   {ours / hand:8.3f}")
+            paired = statistics.median(t / h for t, h in zip(trainer_ms, hand_ms, strict=True))
+            print(f"  ratio Trainer / hand   {ours / hand:8.3f}   (median of per-epoch ratios: {paired:.3f})")
 
 
 def main() -> int:
