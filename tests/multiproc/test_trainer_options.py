@@ -1,0 +1,73 @@
+"""Trainer options on one process (no process group): AMP, clipping, schedulers, lr scaling, errors."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from torchslurm import data
+from torchslurm.config import TrainConfig
+from torchslurm.errors import CheckpointError, ConfigError
+from torchslurm.models import SimpleConvNet
+from torchslurm.trainer import Trainer, seed_everything
+
+pytestmark = pytest.mark.multiproc
+
+
+def _trainer(run_dir: Path, scheduler: Any = None, **overrides: Any) -> Trainer:
+    cfg = TrainConfig(**{"epochs": 1, "batch_size": 64, "lr": 0.05, "run_dir": run_dir, "log_every": 0,
+                         **overrides})
+    seed_everything(cfg.seed)
+    model = SimpleConvNet(8)
+    train, val = data.digits()
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+    return Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, scheduler=scheduler)
+
+
+def test_bf16_autocast_on_cpu_trains(tmp_path: Path) -> None:
+    result = _trainer(tmp_path, amp="bf16", epochs=2, grad_clip=1.0).fit()
+    assert result.val is not None and math.isfinite(result.val.avg_loss) and result.val.accuracy > 0.5
+
+
+def test_fp16_needs_cuda(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"amp=fp16 on device cpu: fp16 with GradScaler needs CUDA\. "
+                                          r"HINT: use amp=bf16 on CPU"):
+        _trainer(tmp_path, amp="fp16")
+
+
+def test_scheduler_state_survives_a_resume(tmp_path: Path) -> None:
+    def step_lr(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
+
+    full = _trainer(tmp_path / "full", step_lr, epochs=2)
+    full.fit()
+    _trainer(tmp_path / "split", step_lr, epochs=1).fit()
+    resumed = _trainer(tmp_path / "split", step_lr, epochs=2)
+    resumed.fit()
+    assert resumed.optimizer.param_groups[0]["lr"] == full.optimizer.param_groups[0]["lr"] == 0.05 * 0.5 ** 4
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_lr_scaling_is_a_function_of_world_size(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, lr_scaling="sqrt")
+    assert trainer.lr_factor == 1.0 and trainer.optimizer.param_groups[0]["lr"] == 0.05  # one process
+
+
+def test_resume_from_a_missing_path_says_so(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"no state\.pt in .*nowhere.*HINT: pass resume="):
+        _trainer(tmp_path, resume=str(tmp_path / "nowhere")).fit()
+
+
+def test_explicit_resume_path_and_step_checkpoints(tmp_path: Path) -> None:
+    _trainer(tmp_path / "a", checkpoint_every_steps=5, keep_last=3).fit()  # 23 steps: 5, 10, 15, 20 + 23
+    steps = sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir())
+    assert steps == ["step-000000015", "step-000000020", "step-000000023"]
+    trainer = _trainer(tmp_path / "b", resume=str(tmp_path / "a" / "checkpoints" / "step-000000015"))
+    trainer.should_stop = lambda: True  # stop at the first boundary after resuming
+    result = trainer.fit()
+    assert result.stopped_early and (result.global_step, trainer.batches_done) == (16, 16)
