@@ -174,16 +174,7 @@ class Trainer:
             group_size = min(accum, total - group_start)
             self.batches_done += 1
             boundary = self.batches_done % accum == 0 or self.batches_done == total
-            sync: AbstractContextManager[Any] = nullcontext()
-            if not boundary and isinstance(self.ddp, DistributedDataParallel):
-                sync = self.ddp.no_sync()  # gradients accumulate locally; all-reduce on the boundary
-            with sync:
-                with self._autocast():
-                    output = self.ddp(inputs)
-                    loss = self.loss_fn(output, targets)
-                scaled: torch.Tensor = self.scaler.scale(loss / group_size)
-                scaled.backward()  # type: ignore[no-untyped-call]
-            sums = batch_sums(output, targets, loss)
+            sums = self._micro_step(inputs, targets, group_size, boundary)
             self._sums += sums
             window += sums
             seen += len(targets)
@@ -205,6 +196,21 @@ class Trainer:
         if bar is not None:
             bar.close()
         return seen
+
+    def _micro_step(self, inputs: torch.Tensor, targets: torch.Tensor, group_size: int,
+                    boundary: bool) -> torch.Tensor:
+        """Forward and backward of one batch; its [loss·n, correct, n]. The loss is divided by the
+        micro-steps of its accumulation group, so the summed gradient is their mean."""
+        sync: AbstractContextManager[Any] = nullcontext()
+        if not boundary and isinstance(self.ddp, DistributedDataParallel):
+            sync = self.ddp.no_sync()  # gradients accumulate locally; all-reduce on the boundary
+        with sync:
+            with self._autocast():
+                output = self.ddp(inputs)
+                loss = self.loss_fn(output, targets)
+            scaled: torch.Tensor = self.scaler.scale(loss / group_size)
+            scaled.backward()  # type: ignore[no-untyped-call]
+        return batch_sums(output, targets, loss)
 
     def _optimizer_step(self) -> None:
         if self.config.grad_clip:

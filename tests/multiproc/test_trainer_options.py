@@ -71,3 +71,4 @@ def test_explicit_resume_path_and_step_checkpoints(tmp_path: Path) -> None:
     trainer.should_stop = lambda: True  # stop at the first boundary after resuming
     result = trainer.fit()
     assert result.stopped_early and (result.global_step, trainer.batches_done) == (16, 16)
+
