@@ -133,6 +133,7 @@ class Trainer:
     # ---- the loop ---------------------------------------------------------------------------
     def fit(self) -> FitResult:
         """Train for config.epochs (resuming first, as config.resume says)."""
+        self._settle_ddp_buckets()
         if not self._resume():
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
         self._announce()
@@ -156,6 +157,24 @@ class Trainer:
         if val is None:  # resumed a finished run: still report its validation metrics
             val = self.evaluate()
         return FitResult(False, self.epoch, self.global_step, val, self._last_checkpoint, self.config.run_dir)
+
+    def _settle_ddp_buckets(self) -> None:
+        """One throw-away forward/backward so DDP's bucket layout is final before the first real step.
+
+        DDP reorders its gradient buckets after the first backward of a process. With more than 2
+        ranks Gloo's ring all-reduce sums each element in an order set by its offset in the bucket,
+        so the first step after a resume (old layout) would differ in the last bits from the same
+        step of an uninterrupted run (new layout). Model state and gradients are restored after it;
+        it runs before the RNG states are seeded or restored."""
+        if not isinstance(self.ddp, DistributedDataParallel):
+            return
+        saved = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        inputs, targets = next(iter(DataLoader(self.train_data, batch_size=self.config.batch_size)))
+        with self._autocast():
+            loss = self.loss_fn(self.ddp(inputs.to(self.device)), targets.to(self.device))
+        loss.backward()  # type: ignore[no-untyped-call]
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.load_state_dict(saved)
 
     def _train_epoch(self) -> int | None:
         """One epoch from self.batches_done on; samples seen, or None when should_stop() said so."""
