@@ -85,3 +85,15 @@ def test_bad_setting_fails_before_starting_ranks(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "error: lr_scaling='cubic' is not one of none | linear | sqrt. HINT: lr_scaling=none" in result.stderr
     assert "Starting" not in result.stdout
+
+
+def test_dry_run_passes_config_flags_and_settings_to_the_ranks(tmp_path: Path) -> None:
+    (tmp_path / "cfg.yaml").write_text("epochs: 7\ndataset: synthetic\n")
+    result = subprocess.run([sys.executable, "-m", "torchslurm", "train", "--dry-run", "--nproc", "3", "--config",
+                             str(tmp_path / "cfg.yaml"), "--lr", "0.2", "run_dir=a b", "amp=bf16"],
+                            capture_output=True, text=True, timeout=60, env=_env())
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "dataset=synthetic model=simple epochs=7 batch_size=32 lr=0.2 run_dir=a b resume=auto"
+    assert lines[1] == "local: no launcher found: 3 local rank(s) (--nproc)."
+    assert lines[2].endswith(f"torchslurm/cli/train.py --config {tmp_path / 'cfg.yaml'} lr=0.2 'run_dir=a b' amp=bf16")
