@@ -57,8 +57,7 @@ def save(root: Path, step: int, state: Mapping[str, Any], keep_last: int = 2) ->
     complete checkpoints. Call it on one rank only (rank 0)."""
     root = Path(root)
     final, staging = step_dir(root, step), root / f".staging-{step:09d}-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
+    _remove_leftovers(root)
     staging.mkdir(parents=True)
     torch.save(dict(state), staging / STATE_FILE)
     _fsync(staging / STATE_FILE)
@@ -77,6 +76,13 @@ def save(root: Path, step: int, state: Mapping[str, Any], keep_last: int = 2) ->
     prune(root, keep_last)
     logger.debug("checkpoint saved: %s", final)
     return final
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Staging folders of writers that died mid-save (kill -9, node loss): never complete, never read."""
+    for leftover in [*root.glob(".staging-*"), *root.glob(".trash-*")] if root.is_dir() else []:
+        logger.debug("removing %s, left by an interrupted save", leftover)
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def complete(root: Path) -> list[tuple[int, Path]]:

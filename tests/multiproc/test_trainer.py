@@ -74,6 +74,12 @@ def _losses(run_dir: Path) -> list[float]:
     return [r["loss"] if r["kind"] == "step" else r["val_loss"] for r in records]
 
 
+def _epoch_metrics(run_dir: Path) -> list[tuple[float, ...]]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    keys = ("epoch", "step", "train_loss", "train_accuracy", "val_loss", "val_accuracy")
+    return [tuple(r[k] for k in keys) for r in records if r["kind"] == "epoch"]
+
+
 def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
     """Uninterrupted vs stopped-after-epoch-2, vs corrupt-newest fallback, vs stopped mid-epoch."""
     full, full_result = _fit(ctx, out / "full")
@@ -100,6 +106,7 @@ def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
         "fallback_equal": _same(weights, fallback.model.state_dict()),
         "stopped": [stopped.stopped_early, stopped.global_step, stopped.epochs_done],
         "mid_epoch_equal": _same(weights, mid.model.state_dict()),
+        "mid_epoch_metrics_equal": _epoch_metrics(out / "full") == _epoch_metrics(out / "mid"),
         "accum_stopped": [stopped_accum.stopped_early, stopped_accum.global_step],
         "accum_mid_equal": _same(accum_full.model.state_dict(), accum_mid.model.state_dict()),
         "accum_differs_from_plain": not _same(weights, accum_full.model.state_dict()),
@@ -147,6 +154,7 @@ def test_resume_fallback_and_determinism_with_two_ranks(tmp_path: Path) -> None:
     assert "skipping corrupt checkpoint" in r["log"] and "corrupt/checkpoints/step-000000046" in r["log"]
     assert r["stopped"] == [True, 30, 1]  # 23 steps per epoch with 2 ranks × 32: stopped in epoch 2
     assert r["mid_epoch_equal"], "resume from a mid-epoch checkpoint must be bitwise identical"
+    assert r["mid_epoch_metrics_equal"], "and its epoch metrics (train sums restored) the same"
     assert r["accum_stopped"] == [True, 13] and r["accum_mid_equal"] and r["accum_differs_from_plain"]
     assert r["metrics_epochs"] == [1, 2, 3]  # the resumed run's log has each epoch once
     assert r["final_accuracy"] >= 0.9

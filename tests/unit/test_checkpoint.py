@@ -78,3 +78,14 @@ def test_arbitrary_objects_are_refused(tmp_path: Path) -> None:
 def test_missing_path_error(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"no state.pt in .*HINT: pass resume="):
         checkpoint.load(tmp_path / "nope")
+
+
+def test_a_writer_killed_mid_save_leaves_nothing_that_counts(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path, 1, _state(1))
+    dead = tmp_path / ".staging-000000002-99999"  # what kill -9 during torch.save leaves behind
+    dead.mkdir()
+    (dead / "state.pt").write_bytes(b"half a file")
+    assert [s for s, _ in checkpoint.complete(tmp_path)] == [1]
+    assert checkpoint.load_latest(tmp_path) is not None
+    checkpoint.save(tmp_path, 3, _state(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000001", "step-000000003"]
