@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import itertools
 import logging
 import struct
 from collections.abc import Iterator, Sequence
@@ -187,8 +188,10 @@ def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:
         inputs, labels = dataset.tensors[0], dataset.tensors[1]
         return tuple(inputs.shape[1:]), int(labels.max()) + 1
     classes = getattr(dataset, "classes", None)  # torchvision's ImageFolder
-    first = dataset[0][0]
-    return tuple(first.shape), len(classes) if classes is not None else 10
+    if classes is None:
+        raise ConfigError(f"cannot tell the classes of a {type(dataset).__name__}. HINT: give it a `classes` "
+                          "list (as torchvision's ImageFolder has), or build the model yourself.")
+    return tuple(dataset[0][0].shape), len(classes)
 
 
 class SkipSampler(Sampler[int]):
@@ -198,10 +201,7 @@ class SkipSampler(Sampler[int]):
         self.inner, self.skip = inner, skip
 
     def __iter__(self) -> Iterator[int]:
-        it = iter(self.inner)
-        for _ in range(self.skip):
-            next(it)
-        return it
+        return itertools.islice(iter(self.inner), self.skip, None)
 
     def __len__(self) -> int:
         return max(0, len(self.inner) - self.skip)
