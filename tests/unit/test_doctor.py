@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,8 @@ SRUN = {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_
         "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NODELIST": "node[1-2]", "PATH": "/usr/bin"}
 BATCH = {"SLURM_JOB_ID": "42", "SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "2(x2)",
          "SLURM_JOB_NODELIST": "node[1-2]", "PATH": "/usr/bin"}
+
+WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def facts(environ: dict[str, str], **kw: Any) -> Facts:
@@ -342,35 +343,13 @@ def test_gather_records_this_machine() -> None:
     assert not doctor.report(f, doctor.run_checks(f)).failed
 
 
-BLOCK_TORCH = textwrap.dedent("""
-    import sys
-
-    class BlockTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
-            return None
-
-    sys.meta_path.insert(0, BlockTorch())
-    from torchslurm.cli import main
-    code = main(sys.argv[1:])
-    assert "torch" not in sys.modules
-    sys.exit(code)
-""")
-
-
-def without_torch(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", BLOCK_TORCH, *argv], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin"})
-
-
-def test_bench_validates_and_plans_without_torch() -> None:
+def test_bench_validates_and_plans_without_torch(without_torch: WithoutTorch) -> None:
     result = without_torch("bench", "--nproc", "2", "--sizes", "1K,1M", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("local: ") and "cli/bench.py --sizes 1K,1M" in result.stdout
 
 
-def test_doctor_runs_and_says_so_without_torch() -> None:
+def test_doctor_runs_and_says_so_without_torch(without_torch: WithoutTorch) -> None:
     result = without_torch("doctor", "--json")
     assert result.returncode == 0, result.stderr
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}

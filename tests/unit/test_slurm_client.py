@@ -5,9 +5,7 @@ plus the job CLI commands with torch blocked."""
 from __future__ import annotations
 
 import subprocess
-import sys
-import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,8 @@ from torchslurm.jobspec import parse_slurm_version
 from torchslurm.slurm import SlurmClient, parse_job_id, parse_scontrol, parse_squeue, status_from_scontrol
 
 OUT = Path(__file__).parent.parent / "fixtures" / "slurm_output"
+
+WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def fixture(name: str) -> str:
@@ -144,53 +144,33 @@ def test_logs_by_rank(tmp_path: Path) -> None:
     assert job.logs(1) == "only rank 1\n"
 
 
-BLOCK_TORCH = textwrap.dedent("""
-    import sys
-    class BlockTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
-    sys.meta_path.insert(0, BlockTorch())
-    from torchslurm.cli import main
-    code = main(sys.argv[1:])
-    assert "torch" not in sys.modules, "torch was imported"
-    sys.exit(code)
-""")
-
-
-def run_cli_without_torch(args: list[str], cwd: Path, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", BLOCK_TORCH, *args], capture_output=True, text=True, timeout=60,
-                          cwd=cwd, env={"PATH": path})
-
-
-def test_script_lint_submit_work_without_torch(tmp_path: Path) -> None:
-    script = run_cli_without_torch(["script", "--nodes", "2", "--gpus-per-node", "4", "train.py", "--lr", "1"],
-                                   tmp_path)
+def test_script_lint_submit_work_without_torch(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    script = without_torch("script", "--nodes", "2", "--gpus-per-node", "4", "train.py", "--lr", "1", cwd=tmp_path)
     assert script.returncode == 0, script.stderr
     assert "#SBATCH --ntasks-per-node=4" in script.stdout and "python train.py --lr 1" in script.stdout
     (tmp_path / "job.sbatch").write_text(script.stdout)
-    lint = run_cli_without_torch(["lint", "job.sbatch"], tmp_path)
+    lint = without_torch("lint", "job.sbatch", cwd=tmp_path)
     assert (lint.returncode, lint.stdout) == (0, "job.sbatch: ok\n"), lint.stderr
     # submit needs sbatch: a stand-in that prints what the real one printed (the real one: cluster tests)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text("#!/bin/sh\necho 3\n")
     (bin_dir / "sbatch").chmod(0o755)
-    submit = run_cli_without_torch(["submit", "--name", "t", "train.py"], tmp_path, path=f"{bin_dir}:/usr/bin:/bin")
+    submit = without_torch("submit", "--name", "t", "train.py", cwd=tmp_path, path=f"{bin_dir}:/usr/bin:/bin")
     assert submit.returncode == 0, submit.stderr
     assert "submitted job 3" in submit.stdout and f"output: {tmp_path}/torchslurm-runs/t/t-3.out" in submit.stdout
     assert (tmp_path / "torchslurm-runs" / "t" / "t.sbatch").exists()
 
 
-def test_lint_cli_exit_code_on_errors(tmp_path: Path) -> None:
+def test_lint_cli_exit_code_on_errors(tmp_path: Path, without_torch: WithoutTorch) -> None:
     seed = Path(__file__).parent.parent / "fixtures" / "seed_scripts" / "seed000_pytorch_distributed.sbatch"
-    result = run_cli_without_torch(["lint", str(seed)], tmp_path)
+    result = without_torch("lint", str(seed), cwd=tmp_path)
     assert result.returncode == 1
     assert "error: [fixed-master-port] line 17: MASTER_PORT=12355 is fixed" in result.stdout
 
 
-def test_script_cli_refuses_errors(tmp_path: Path) -> None:
-    result = run_cli_without_torch(["script", "--gpus-per-node", "4", "--tasks-per-node", "1", "t.py"], tmp_path)
+def test_script_cli_refuses_errors(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    result = without_torch("script", "--gpus-per-node", "4", "--tasks-per-node", "1", "t.py", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert "error: [tasks-vs-gpus]" in result.stderr and "HINT: set tasks_per_node: 4" in result.stderr
 
@@ -202,6 +182,6 @@ def test_show_job_takes_the_first_record_of_an_array() -> None:
 
 
 @pytest.mark.parametrize("command", ["script", "submit", "status", "logs", "cancel", "lint"])
-def test_help_without_torch(command: str, tmp_path: Path) -> None:
-    result = run_cli_without_torch([command, "--help"], tmp_path)
+def test_help_without_torch(command: str, tmp_path: Path, without_torch: WithoutTorch) -> None:
+    result = without_torch(command, "--help", cwd=tmp_path)
     assert result.returncode == 0 and "usage: torchslurm" in result.stdout, result.stderr

@@ -1,0 +1,22 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+WITHOUT_TORCH = Path(__file__).parent / "fixtures" / "without_torch.py"
+
+@pytest.fixture
+def without_torch() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run `torchslurm ARGS…` (or `-c CODE`) in a fresh interpreter where `import torch` fails."""
+
+    def run(*args: str, cwd: Path | None = None, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(WITHOUT_TORCH), *args], capture_output=True, text=True,
+                              timeout=60, cwd=cwd, env={"PATH": path})
+
+    return run
