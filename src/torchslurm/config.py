@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from torchslurm.configfile import read_mapping
 from torchslurm.errors import ConfigError
 
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -156,21 +156,7 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
 
 def read_file(path: Path) -> dict[str, Any]:
     """A flat mapping from a YAML (.yaml/.yml) or TOML (.toml) file; `-` in keys becomes `_`."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: {exc.strerror}. HINT: check the path.") from exc
-    try:
-        raw = tomllib.loads(text) if Path(path).suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--config {path} is not valid {Path(path).suffix[1:] or 'YAML'}: {exc}. "
-                          "HINT: fix the syntax at the position shown.") from exc
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"--config {path} holds a {type(raw).__name__}, expected a mapping. "
-                          f"HINT: write `key: value` lines; valid keys: {', '.join(valid_keys())}.")
-    return {str(k).replace("-", "_"): v for k, v in raw.items()}
+    return read_mapping(path, f"--config {path}", valid_keys())
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:

@@ -11,14 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from torchslurm.configfile import read_mapping
 from torchslurm.errors import ConfigError
 
 LAUNCH_MODES = ("srun", "torchrun")
@@ -183,21 +181,7 @@ def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -
 
 def read_file(path: Path) -> dict[str, Any]:
     """Read a YAML (.yaml/.yml/.json) or TOML (.toml) spec file into a dict, keys normalised."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read job spec {path}: {exc.strerror}. HINT: check the path.") from exc
-    try:
-        raw = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"job spec {path} is not valid {path.suffix[1:] or 'YAML'}: {exc}. "
-                          "HINT: fix the syntax at the position shown.") from exc
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"job spec {path} holds a {type(raw).__name__}, expected a mapping of fields. "
-                          f"HINT: write `key: value` lines; valid keys: {', '.join(field_names())}.")
-    return {str(k).replace("-", "_"): v for k, v in raw.items()}
+    return read_mapping(path, f"job spec {path}", field_names())
 
 
 def from_mapping(data: Mapping[str, Any], source: str = "spec") -> JobSpec:

@@ -13,7 +13,7 @@ WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 TORCH_FREE_MODULES = ["torchslurm", "torchslurm.errors", "torchslurm.hostlist", "torchslurm.distenv",
                       "torchslurm.launch", "torchslurm.cli",
                       "torchslurm.jobspec", "torchslurm.sbatch", "torchslurm.lint", "torchslurm.slurm",
-                      "torchslurm.job"]
+                      "torchslurm.job", "torchslurm.configfile", "torchslurm.config"]
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"]]
 
 

@@ -1,0 +1,33 @@
+"""Settings files: a flat YAML (.yaml/.yml/.json) or TOML (.toml) mapping. Shared by the training
+config and the job spec, both of which must load on a login node without torch."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from torchslurm.errors import ConfigError
+
+
+def read_mapping(path: Path, label: str, valid_keys: Iterable[str]) -> dict[str, Any]:
+    """The file's top-level mapping with `-` in keys turned into `_`; `label` names it in errors."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {label}: {exc.strerror}. HINT: check the path.") from exc
+    suffix = Path(path).suffix
+    try:
+        raw = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{label} is not valid {suffix[1:] or 'YAML'}: {exc}. "
+                          "HINT: fix the syntax at the position shown.") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{label} holds a {type(raw).__name__}, expected a mapping. "
+                          f"HINT: write `key: value` lines; valid keys: {', '.join(valid_keys)}.")
+    return {str(k).replace("-", "_"): v for k, v in raw.items()}
