@@ -196,11 +196,11 @@ def plan_requeue(environ: Mapping[str, str], max_requeues: int, wanted: bool) ->
     return RequeuePlan(target, f"restart {restarts + 1} of at most {max_requeues}")
 
 
-def requeue(plan: RequeuePlan, run: Runner = run_command) -> None:
-    """Run `scontrol requeue`; raises SlurmError when Slurm refuses."""
+def requeue(plan: RequeuePlan, run: Runner = run_command, timeout_s: float = 60.0) -> None:
+    """Run `scontrol requeue`; raises SlurmError when Slurm refuses (or does not answer in time)."""
     if plan.target is None:
         return
-    result = run(["scontrol", "requeue", plan.target], 60.0)
+    result = run(["scontrol", "requeue", plan.target], timeout_s)
     if result.returncode != 0:
         raise SlurmError(
             f"`scontrol requeue {plan.target}` failed ({result.returncode}): {result.stderr.strip()}. "
@@ -318,7 +318,7 @@ class Preemption:
         refuses the second requeue of the same job, which is logged at debug level only."""
         plan = plan_requeue(self.environ, self.config.max_requeues, wanted=True)
         try:
-            requeue(plan, self._run)
+            requeue(plan, self._run, timeout_s=10.0)  # bounded: the ranks must exit soon
         except SlurmError as exc:
             logger.debug("requeue after a peer failure: %s", exc)
             return

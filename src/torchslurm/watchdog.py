@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
 STORE_TIMEOUT_S = 5.0
+DIAGNOSIS_TIMEOUT_S = 2.0
+"""Kept short: srun's --kill-on-bad-exit sends SIGKILL KillWait (30 s by default, 5 s in the sandbox)
+after its SIGTERM, and the requeue and the message must come out before that."""
 _BEAT = "torchslurm/heartbeat/{}"
 _ADDRESS = re.compile(r"\[(?:::ffff:)?([0-9a-fA-F:.]+)\]:\d+")
 
@@ -123,12 +126,12 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _store(self) -> TCPStore:
+    def _store(self, timeout_s: float = STORE_TIMEOUT_S) -> TCPStore:
         from torch._C._distributed_c10d import TCPStore
 
         env = self.ctx.env
         return TCPStore(env.master_addr, env.master_port, is_master=False,
-                             timeout=timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
+                             timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
 
     def start(self) -> None:
         """Gather every rank's host (one all_gather) and start the heartbeat."""
@@ -136,7 +139,13 @@ class Watchdog:
 
         me = Peer(self.ctx.rank, socket.gethostname(), _own_address(self.ctx.env.master_addr))
         gathered: list[Peer | None] = [None] * self.ctx.world_size
-        dist.all_gather_object(gathered, me)
+        try:
+            dist.all_gather_object(gathered, me)
+        except RuntimeError as exc:
+            raise DistributedError(
+                f"rank {self.ctx.rank} on {me.host} could not exchange host names with the other ranks: "
+                f"{first_sentence(str(exc))}. HINT: a peer died or the network between the nodes failed "
+                "during start-up; read the first failing rank's log.", exit_code=1) from exc
         self.peers = [p for p in gathered if p is not None]
         store = self._store()
         store.add(_BEAT.format(self.ctx.rank), 1)
@@ -167,11 +176,25 @@ class Watchdog:
 
     def counters(self) -> dict[int, int] | None:
         """Every rank's heartbeat count, or None when the store cannot be reached."""
+        if self.store_reachability() != "ok":  # a failed TCPStore() logs a C++ stack trace: avoid it
+            return None
         try:
-            store = self._store()
+            store = self._store(DIAGNOSIS_TIMEOUT_S)
             return {p.rank: int(store.add(_BEAT.format(p.rank), 0)) for p in self.peers}
         except Exception:  # connect/read timeouts surface as RuntimeError, DistStoreError, OSError
             return None
+
+    def store_reachability(self) -> str:
+        """'ok', 'refused' (rank 0's host answers, its store is gone: rank 0 died) or 'timeout'
+        (the host does not answer: it, or this node, is cut off)."""
+        env = self.ctx.env
+        try:
+            socket.create_connection((env.master_addr, env.master_port), timeout=DIAGNOSIS_TIMEOUT_S).close()
+        except ConnectionRefusedError:
+            return "refused"
+        except OSError:
+            return "timeout"
+        return "ok"
 
     def diagnose(self, error: BaseException) -> tuple[str, bool]:
         """(message, whether this rank is the one that reports it in full)."""
@@ -195,9 +218,11 @@ class Watchdog:
         try:
             yield
         except RuntimeError as exc:  # DistBackendError and Gloo's errors are RuntimeErrors
-            message, reporter = self.diagnose(exc)
-            if self.on_failure is not None:
+            # Requeue first (srun may SIGKILL us during the diagnosis), but not from a node cut off
+            # from rank 0's host: Slurm is likely out of reach too, and the other side requeues.
+            if self.on_failure is not None and self.store_reachability() != "timeout":
                 self.on_failure()
+            message, reporter = self.diagnose(exc)
             if reporter:
                 raise DistributedError(message, exit_code=1) from exc
             raise DistributedError(

@@ -1,0 +1,230 @@
+"""Preemption, time limits and failures end to end on the sandbox: 2 nodes x 2 ranks, srun mode,
+jobs from torchslurm's own sbatch renderer (preemptible: --signal=USR2@grace, --requeue).
+
+Every interrupted run is compared, bitwise, with one uninterrupted run of the same training.
+Requeued jobs wait 120 s in PENDING (BeginTime); tests hurry them with
+`scontrol update JobId=J StartTime=now` (slurm-lab.md section 6).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import torch
+
+from torchslurm import checkpoint
+from torchslurm.jobspec import JobSpec
+from torchslurm.sandbox_config import veth_name
+from torchslurm.sbatch import render
+
+if TYPE_CHECKING:
+    from conftest import Cluster
+
+pytestmark = pytest.mark.cluster
+
+SCRIPT = Path(__file__).parent.parent / "multiproc" / "scripts" / "preempt_train.py"
+TRAINING = ("epochs=2", "samples=2000", "batch_size=16")  # 4 ranks: 25 optimizer steps per epoch
+NETWORK = ("net1.weight", "net1.bias", "net2.weight", "net2.bias")
+TIMEOUT_S = 20  # process group timeout of these jobs: the bound on how long a rank may hang
+
+
+def job_script(cluster: Cluster, run_dir: Path, *args: str, time_limit: str = "5", preemptible: bool = True,
+               **env: str) -> str:
+    spec = JobSpec(script=str(SCRIPT), args=(f"run_dir={run_dir}", *TRAINING, f"timeout_s={TIMEOUT_S}", *args),
+                   name="preempt", nodes=2, tasks_per_node=2, time=time_limit, preemptible=preemptible,
+                   grace_s=60, python=cluster.python,
+                   # one thread per rank, as in every run compared here: the CPU kernels then sum in the
+                   # same order and the weights can be compared bit for bit
+                   env={"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR", **env})
+    return render(spec)
+
+
+def drive(cluster: Cluster, job: str, timeout_s: float = 150) -> tuple[str, int]:
+    """Wait until the job ends, starting it at once whenever it was requeued. → (state, restarts)."""
+    deadline, hurried = time.monotonic() + timeout_s, -1
+    while time.monotonic() < deadline:
+        info = cluster.job(job)
+        state, restarts = info.get("JobState", "?"), int(info.get("Restarts", "0") or 0)
+        if state == "PENDING" and restarts > hurried:
+            if cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"]).returncode == 0:
+                hurried = restarts
+        elif state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            return state, restarts
+        time.sleep(0.2)
+    raise AssertionError(f"job {job} did not finish within {timeout_s} s: {cluster.job(job)}")
+
+
+def rank_pids(run_dir: Path, ranks: int = 4) -> dict[int, int]:
+    """rank → pid of the current run (the script writes them; tasks are visible from here)."""
+    found = {}
+    for rank in range(ranks):
+        path = run_dir / "pids" / f"rank{rank}.pid"
+        if path.exists() and path.read_text().strip():
+            found[rank] = int(path.read_text().split()[0])
+    return found
+
+
+def wait_for(what: Callable[[], object], timeout_s: float, message: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not what():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def started(cluster: Cluster, job: str, run_dir: Path) -> dict[int, int]:
+    wait_for(lambda: len(rank_pids(run_dir)) == 4, 90, f"job {job} did not start 4 ranks: {cluster.job(job)}")
+    return rank_pids(run_dir)
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(run_dir / "final.pt", weights_only=True)
+    return {k: state[k] for k in NETWORK}
+
+
+class Reference:
+    """The uninterrupted run, submitted once; `weights()` waits for it."""
+
+    def __init__(self, cluster: Cluster, run_dir: Path) -> None:
+        self.cluster, self.run_dir = cluster, run_dir
+        self.job = cluster.sbatch(job_script(cluster, run_dir))
+        self._weights: dict[str, torch.Tensor] | None = None
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        if self._weights is None:
+            state = self.cluster.wait(self.job, timeout_s=150)
+            assert state == "COMPLETED", self.cluster.output(self.job)[-3000:]
+            self._weights = weights(self.run_dir)
+        return self._weights
+
+
+@pytest.fixture(scope="module")
+def reference(cluster_factory: Callable[[Path], Cluster], tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[Reference]:
+    cluster = cluster_factory(tmp_path_factory.mktemp("reference"))
+    yield Reference(cluster, cluster.job_dir / "run")
+    cluster.cancel_running()
+
+
+def assert_same_weights(reference: Reference, run_dir: Path) -> None:
+    mine, theirs = weights(run_dir), reference.weights()
+    different = [k for k in NETWORK if not torch.equal(mine[k], theirs[k])]
+    assert not different, f"weights differ from the uninterrupted run in {different}"
+
+
+def test_scancel_signal_mid_epoch_checkpoints_requeues_and_resumes_bitwise(
+        cluster: Cluster, reference: Reference) -> None:
+    run_dir = cluster.job_dir / "run"
+    job = cluster.sbatch(job_script(cluster, run_dir, "step_sleep=0.15"))
+    started(cluster, job, run_dir)
+    time.sleep(4.0)  # some steps into epoch 1 (start-up takes ~2 s of it)
+    assert cluster.run(["scancel", "--signal=USR2", job]).returncode == 0
+    state, restarts = drive(cluster, job)
+    output = cluster.output(job)
+    assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
+    stops = set(re.findall(r"rank \d: stopped at step (\d+)", output))
+    assert len(stops) == 1, output[-4000:]  # every rank stopped after the same step
+    step = int(stops.pop())
+    assert 0 < step < 50
+    assert re.search(rf"stopped on SIGUSR2; requeued job {job} \(restart 1 of at most 3\)", output), output[-4000:]
+    # 0 completed steps lost: the resume starts at the very step the stop saved
+    assert re.search(rf"Resuming from \S+step-{step:09d}: epoch \d, batch \d+, step {step}\b", output), output[-4000:]
+    assert_same_weights(reference, run_dir)
+
+
+def test_short_time_limit_finishes_over_several_requeues(cluster: Cluster, reference: Reference) -> None:
+    """--time=1 and a 45 s grace: the trainer's own deadline (EndTime from `scontrol show job`,
+    Slurm 22.05 sets no SLURM_JOB_END_TIME) stops each run ~15 s after its start. No --signal here:
+    Slurm's signal timer may fire up to 60 s early, i.e. at any moment of a 1-minute job."""
+    run_dir = cluster.job_dir / "run"
+    job = cluster.sbatch(job_script(cluster, run_dir, "step_sleep=0.4", time_limit="1", preemptible=False,
+                                    TORCHSLURM_GRACE_S="45", TORCHSLURM_MAX_REQUEUES="6"),
+                        "--open-mode=append")  # keep every run's log in one file
+    state, restarts = drive(cluster, job, timeout_s=240)
+    output = cluster.output(job)
+    assert state == "COMPLETED", output[-4000:]
+    assert restarts >= 2, output[-4000:]
+    assert output.count("stopping at this step boundary: the deadline (45 s before the time limit)") >= 2 * 4
+    assert len(re.findall(r"Resuming from", output)) == restarts
+    assert_same_weights(reference, run_dir)
+
+
+def test_kill_9_of_one_rank_ends_all_ranks_names_it_and_the_requeued_job_completes(
+        cluster: Cluster, reference: Reference) -> None:
+    run_dir = cluster.job_dir / "run"
+    job = cluster.sbatch(job_script(cluster, run_dir, "step_sleep=0.1", "checkpoint_every_steps=10"))
+    pids = started(cluster, job, run_dir)
+    wait_for(lambda: checkpoint.complete(run_dir / "checkpoints"), 60, "no checkpoint was written")
+    host = (run_dir / "pids" / "rank3.pid").read_text().split()[1]
+    os.kill(pids[3], 9)
+    others = [pids[r] for r in (0, 1, 2)]
+    wait_for(lambda: not any(alive(p) for p in others), TIMEOUT_S + 20,
+             f"ranks still running {TIMEOUT_S + 20} s after rank 3 was killed")
+    state, restarts = drive(cluster, job)
+    output = cluster.output(job)
+    assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
+    assert f"error: rank 3 on {host} (" in output and ") stopped responding (no heartbeat)" in output, output[-4000:]
+    assert re.search(r"task 3: Killed", output), output[-4000:]
+    assert "requeued job" in output and "after a peer failure" in output
+    assert_same_weights(reference, run_dir)
+
+
+def test_kill_9_during_checkpoint_write_resumes_from_the_previous_one(cluster: Cluster, reference: Reference) -> None:
+    run_dir = cluster.job_dir / "run"
+    ckpt = run_dir / "checkpoints"
+    job = cluster.sbatch(job_script(cluster, run_dir, "ballast_mb=64", "checkpoint_every_steps=8"))
+    pids = started(cluster, job, run_dir)
+    wait_for(lambda: checkpoint.complete(ckpt), 60, "the first checkpoint never completed")
+    wait_for(lambda: list(ckpt.glob(".staging-000000016-*")), 60, "the second checkpoint was never started")
+    host = (run_dir / "pids" / "rank0.pid").read_text().split()[1]
+    os.kill(pids[0], 9)  # rank 0 writes checkpoints: killed inside the save of step 16
+    state, restarts = drive(cluster, job)
+    output = cluster.output(job)
+    assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
+    # srun names the dead rank and its host; the survivors' own message ("rank 0's host ... is
+    # unreachable") may be cut off by the SIGKILL that follows srun's SIGTERM after KillWait (5 s here)
+    assert f"srun: error: {host}: task 0: Killed" in output, output[-4000:]
+    resumed = re.findall(r"Resuming from \S+step-(\d+)", output)
+    assert resumed in (["000000008"], ["000000016"]), output[-4000:]  # 16 only if the rename beat the kill
+    assert_same_weights(reference, run_dir)
+
+
+def test_network_cut_of_a_node_ends_every_rank_within_the_bound(cluster: Cluster, reference: Reference) -> None:
+    """`ip link set <veth> down` on the root side of the second node's link: ranks on the first node
+    time out in their collective, name the silent ranks, requeue the job, and it completes."""
+    run_dir = cluster.job_dir / "run"
+    # a 10 s group timeout: the cut node's slurmd must not miss SlurmdTimeout (30 s) meanwhile
+    job = cluster.sbatch(job_script(cluster, run_dir, "step_sleep=0.2", "timeout_s=10", "checkpoint_every_steps=4"))
+    pids = started(cluster, job, run_dir)
+    wait_for(lambda: checkpoint.complete(run_dir / "checkpoints"), 60, "training never reached step 4")
+    hosts = {r: (run_dir / "pids" / f"rank{r}.pid").read_text().split()[1] for r in range(4)}
+    cut = hosts[2]
+    assert hosts[0] != cut, hosts
+    link = veth_name(int(cut.removeprefix("node")))
+    assert cluster.run(["ip", "link", "set", link, "down"]).returncode == 0
+    try:
+        wait_for(lambda: not any(alive(p) for p in pids.values()), 10 + 20,
+                 f"ranks still running 30 s after {cut}'s network was cut (group timeout 10 s)")
+    finally:
+        cluster.run(["ip", "link", "set", link, "up"])
+    state, restarts = drive(cluster, job)
+    output = cluster.output(job)
+    assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
+    assert re.search(rf"0: error: ranks 2, 3 on {cut} \(\S+\) stopped responding .*Timed out waiting 10000ms",
+                     output), output[-4000:]
+    assert "after a peer failure" in output
+    assert_same_weights(reference, run_dir)
