@@ -20,6 +20,7 @@ message; the others raise a one-line pointer to it, so the job log shows one exp
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import re
 import socket
@@ -43,6 +44,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
 STORE_TIMEOUT_S = 5.0
+HEARTBEAT_TIMEOUT_S = 1.0
+EXIT_DEADLINE_S = 20.0
+"""After a failed collective the process is gone within this many seconds, whatever blocks."""
+"""A store call blocked on a dead or unreachable store holds the GIL (measured: the main thread
+stalled for the whole 5 s connect retry), so the heartbeat's calls give up quickly, and only once."""
 DIAGNOSIS_TIMEOUT_S = 2.0
 """Kept short: srun's --kill-on-bad-exit sends SIGKILL KillWait (30 s by default, 5 s in the sandbox)
 after its SIGTERM, and the requeue and the message must come out before that."""
@@ -91,13 +97,16 @@ def describe_ranks(ranks: Sequence[int], peers: Sequence[Peer]) -> str:
 
 
 def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int] | None,
-              bound_s: float | None) -> str:
+              bound_s: float | None, store: str = "ok") -> str:
     """The root-cause-first message. `silent`: ranks with a stopped heartbeat; None: the store
-    (on rank 0's host) could not be reached."""
+    (rank 0's) could not be asked, and `store` says why: 'refused' or 'timeout'."""
     seen = f"(rank {me.rank} on {me.host} saw: {first_sentence(error)})"
-    if silent is None:
+    if silent is None and store == "refused":
+        cause = (f"rank 0 on {peers[0].host} ({peers[0].address}) died: its host answers but its store "
+                 "refuses connections")
+    elif silent is None:
         cause = (f"rank 0's host {peers[0].host} ({peers[0].address}) is unreachable from {me.host}: "
-                 "rank 0 died, or the network between the nodes is down")
+                 "that node or the network between the nodes is down")
     elif silent:
         cause = (f"{describe_ranks(silent, peers)} stopped responding (no heartbeat): the process died "
                  "(killed, crashed, out of memory) or its node or network went away")
@@ -147,7 +156,7 @@ class Watchdog:
                 f"{first_sentence(str(exc))}. HINT: a peer died or the network between the nodes failed "
                 "during start-up; read the first failing rank's log.", exit_code=1) from exc
         self.peers = [p for p in gathered if p is not None]
-        store = self._store()
+        store = self._store(HEARTBEAT_TIMEOUT_S)
         store.add(_BEAT.format(self.ctx.rank), 1)
         self._thread = threading.Thread(target=self._beat, args=(store,), name="torchslurm-heartbeat",
                                         daemon=True)
@@ -172,7 +181,8 @@ class Watchdog:
             try:
                 store.add(key, 1)
             except Exception:  # store gone (rank 0 died) or unreachable: the diagnosis says so
-                logger.debug("heartbeat of rank %d failed", self.ctx.rank, exc_info=True)
+                logger.debug("heartbeat of rank %d failed; it stops", self.ctx.rank, exc_info=True)
+                return  # no reconnect attempts: they would hold the GIL (see HEARTBEAT_TIMEOUT_S)
 
     def counters(self) -> dict[int, int] | None:
         """Every rank's heartbeat count, or None when the store cannot be reached."""
@@ -203,7 +213,8 @@ class Watchdog:
         time.sleep(2 * self.interval_s)
         after = self.counters() if before is not None else None
         silent = None if before is None or after is None else silent_ranks(before, after)
-        message = diagnosis(me, str(error), self.peers, silent, self.bound_s)
+        store = self.store_reachability() if silent is None else "ok"
+        message = diagnosis(me, str(error), self.peers, silent, self.bound_s, store)
         if silent is None:  # no store, no agreement: the lowest rank other than 0 on each host reports
             mine = [p.rank for p in self.peers if p.host == me.host and p.rank != 0]
             reporter = not mine or mine[0] == me.rank
@@ -218,6 +229,12 @@ class Watchdog:
         try:
             yield
         except RuntimeError as exc:  # DistBackendError and Gloo's errors are RuntimeErrors
+            # The last resort of "never hang": if requeue, diagnosis or the teardown of a process
+            # group with dead peers blocks, exit anyway, with every thread's stack on stderr. A C
+            # thread: it fires even while a blocked call holds the GIL.
+            faulthandler.dump_traceback_later(EXIT_DEADLINE_S, exit=True)
+            logger.info("rank %d: a collective failed (%s); looking for the root cause", self.ctx.rank,
+                        first_sentence(str(exc)))
             # Requeue first (srun may SIGKILL us during the diagnosis), but not from a node cut off
             # from rank 0's host: Slurm is likely out of reach too, and the other side requeues.
             if self.on_failure is not None and self.store_reachability() != "timeout":

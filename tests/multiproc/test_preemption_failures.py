@@ -69,9 +69,9 @@ def test_kill_9_of_one_rank_ends_all_with_one_root_cause_message(tmp_path: Path)
     assert "Traceback" not in results[0][1] + results[1][1]
 
 
-def test_kill_9_of_rank_0_names_its_host_as_unreachable(tmp_path: Path) -> None:
+def test_kill_9_of_rank_0_is_named_from_its_refusing_store(tmp_path: Path) -> None:
     results = kill_rank_mid_training(tmp_path, victim=0)
     host = socket.gethostname()
     assert {rank: code for rank, (code, _) in results.items() if rank != 0} == {1: 1, 2: 1}
-    assert f"error: rank 0's host {host} (127.0.0.1) is unreachable from {host}: rank 0 died" in results[1][1]
+    assert f"error: rank 0 on {host} (127.0.0.1) died: its host answers but its store refuses" in results[1][1]
     assert "the root cause is in the message of the lowest rank" in results[2][1]

@@ -37,10 +37,12 @@ def test_message_names_the_dead_rank_first() -> None:
     assert "within the process group timeout (20 s). HINT: " in text
 
 
-def test_message_when_the_store_is_unreachable() -> None:
-    text = diagnosis(PEERS[2], TIMEOUT, PEERS, None, None)
-    assert text.startswith("rank 0's host node1 (198.18.0.11) is unreachable from node2: rank 0 died, or the network")
+def test_message_when_the_store_is_unreachable_or_gone() -> None:
+    text = diagnosis(PEERS[2], TIMEOUT, PEERS, None, None, "timeout")
+    assert text.startswith("rank 0's host node1 (198.18.0.11) is unreachable from node2: that node or the network")
     assert "process group timeout. HINT" in text
+    text = diagnosis(PEERS[2], CLOSED, PEERS, None, 20.0, "refused")
+    assert text.startswith("rank 0 on node1 (198.18.0.11) died: its host answers but its store refuses connections")
 
 
 def test_message_when_every_rank_still_beats() -> None:

@@ -60,7 +60,7 @@ def train(args: dict[str, str]) -> int:
     timeout_s = float(args.get("timeout_s", 60))
     with torchslurm.init(timeout_s=timeout_s) as ctx:
         logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                            format=f"[rank {ctx.rank} {socket.gethostname()}] %(name)s %(message)s")
+                            format=f"%(asctime)s [rank {ctx.rank} {socket.gethostname()}] %(name)s %(message)s")
         (run_dir / "pids").mkdir(parents=True, exist_ok=True)
         (run_dir / "pids" / f"rank{ctx.rank}.pid").write_text(f"{os.getpid()} {socket.gethostname()}\n")
         config = TrainConfig(epochs=int(args.get("epochs", 3)), batch_size=int(args.get("batch_size", 16)),
