@@ -45,10 +45,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 1.0
 STORE_TIMEOUT_S = 5.0
 HEARTBEAT_TIMEOUT_S = 1.0
-EXIT_DEADLINE_S = 20.0
-"""After a failed collective the process is gone within this many seconds, whatever blocks."""
 """A store call blocked on a dead or unreachable store holds the GIL (measured: the main thread
 stalled for the whole 5 s connect retry), so the heartbeat's calls give up quickly, and only once."""
+EXIT_DEADLINE_S = 15.0
+"""After a failed collective the process is gone within this many seconds, whatever blocks: the
+bound on a hang is the process group timeout + EXIT_DEADLINE_S."""
 DIAGNOSIS_TIMEOUT_S = 2.0
 """Kept short: srun's --kill-on-bad-exit sends SIGKILL KillWait (30 s by default, 5 s in the sandbox)
 after its SIGTERM, and the requeue and the message must come out before that."""
