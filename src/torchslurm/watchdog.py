@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 1.0
 STORE_TIMEOUT_S = 5.0
 HEARTBEAT_TIMEOUT_S = 1.0
-"""A store call blocked on a dead or unreachable store holds the GIL (measured: the main thread
-stalled for the whole 5 s connect retry), so the heartbeat's calls give up quickly, and only once."""
+"""The heartbeat's store calls give up quickly, and the heartbeat stops after its first failure: a
+dead or unreachable store stays so, and each reconnect attempt logs a C++ stack trace."""
 EXIT_DEADLINE_S = 15.0
 """After a failed collective the process is gone within this many seconds, whatever blocks: the
 bound on a hang is the process group timeout + EXIT_DEADLINE_S."""
@@ -183,7 +183,7 @@ class Watchdog:
                 store.add(key, 1)
             except Exception:  # store gone (rank 0 died) or unreachable: the diagnosis says so
                 logger.debug("heartbeat of rank %d failed; it stops", self.ctx.rank, exc_info=True)
-                return  # no reconnect attempts: they would hold the GIL (see HEARTBEAT_TIMEOUT_S)
+                return  # no reconnect attempts (see HEARTBEAT_TIMEOUT_S)
 
     def counters(self) -> dict[int, int] | None:
         """Every rank's heartbeat count, or None when the store cannot be reached."""
