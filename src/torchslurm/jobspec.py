@@ -300,6 +300,7 @@ def _check_text(spec: JobSpec) -> None:
     values += [("args", a) for a in spec.args] + [("setup", s) for s in spec.setup]
     values += [(f"env.{k}", v) for k, v in spec.env.items()]
     for name, value in values:
+        _check_encodable(name, value)
         bad = next((c for c in ("\n", "\r", "\0") if c in value), None)
         if bad is not None:
             raise ConfigError(
@@ -319,6 +320,17 @@ def _check_text(spec: JobSpec) -> None:
     for name in ("script", "name", "python", "output"):
         if not getattr(spec, name).strip():
             raise ConfigError(f"{name} is empty. HINT: give a value for {name}.")
+
+
+def _check_encodable(name: str, value: str) -> None:
+    """A lone surrogate (e.g. from a mis-decoded file name) cannot be written into a UTF-8 script."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{name}={value!r} holds {value[exc.start]!r}, which cannot be written as UTF-8 into a job script. "
+            f"HINT: give {name} as plain text; file names must decode as UTF-8."
+        ) from None
 
 
 # -- validate(): legal but likely wrong -------------------------------------------------------

@@ -163,3 +163,8 @@ def test_errors_sorted_first() -> None:
 def test_slash_in_name_rejected() -> None:
     with pytest.raises(ConfigError, match=r"name='a/b' contains '/'.*HINT: use a name without '/', e.g. 'a-b'"):
         JobSpec(script="t.py", name="a/b")
+
+
+def test_text_that_cannot_be_utf8_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"nic='\\ud800' holds '\\ud800', which cannot be written as UTF-8.*HINT"):
+        JobSpec(script="train.py", nic="\ud800")
