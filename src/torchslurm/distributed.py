@@ -73,7 +73,7 @@ class DistContext:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        shutdown()
+        shutdown(wait_for_peers=exc is None)
 
 
 def init(backend: str | None = None, timeout_s: float | None = None,
@@ -110,10 +110,21 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     return DistContext(env=env, device=device, backend=chosen_backend, interface_env=interface_env)
 
 
-def shutdown() -> None:
-    """Destroy the process group if there is one; safe to call twice."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(wait_for_peers: bool = True) -> None:
+    """Destroy the process group if there is one; safe to call twice.
+
+    By default every rank first waits for the others: a rank that tears down its end while a peer
+    still holds a DDP model on the group can abort that peer ("terminate called without an active
+    exception", seen with 3 Gloo ranks). After an error the peers may be gone, so no waiting.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if wait_for_peers:
+        try:
+            dist.barrier()
+        except (RuntimeError, OSError) as exc:
+            logger.warning("shutdown: not every rank reached the final barrier (%s)", _first_line(exc))
+    dist.destroy_process_group()
 
 
 def choose_backend(requested: str | None, device: torch.device, setting: str = "backend") -> str:
@@ -162,14 +173,14 @@ def _check_all_joined(env: DistEnv, device: torch.device) -> None:
     try:
         dist.all_reduce(ones)
     except (RuntimeError, OSError) as exc:
-        shutdown()
+        shutdown(wait_for_peers=False)
         raise DistributedError(
             f"rank {env.rank} joined the process group but the first all_reduce failed: {exc}. "
             "HINT: a peer died during start-up, or the network between nodes drops traffic; "
             "run `torchslurm run` again with -v for each rank's placement."
         ) from exc
     if int(ones.item()) != env.world_size:
-        shutdown()
+        shutdown(wait_for_peers=False)
         raise DistributedError(
             f"rank {env.rank}: {int(ones.item())} rank(s) answered but WORLD_SIZE={env.world_size}. "
             "HINT: two jobs share MASTER_ADDR:MASTER_PORT; unset MASTER_PORT so torchslurm derives a "
