@@ -1,4 +1,4 @@
-"""Builds a DDP model, uses only the unwrapped module, all_reduces once, leaves `torchslurm.init()`."""
+"""A Trainer-style flow: the DDP model lives in a function that returns before init() exits."""
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -6,9 +6,16 @@ from torch.nn.parallel import DistributedDataParallel
 import torchslurm
 from torchslurm.models import SimpleConvNet
 
-with torchslurm.init() as ctx:
+
+def evaluate_once() -> float:
     model = SimpleConvNet(8)
     ddp = DistributedDataParallel(model)
+    ddp.eval()  # a reference cycle through the module tree: only the garbage collector frees it
     with torch.no_grad():
-        model(torch.randn(32, 1, 8, 8))
-    torch.distributed.all_reduce(torch.ones(1))
+        total = model(torch.randn(32, 1, 8, 8)).sum().reshape(1)
+    torch.distributed.all_reduce(total)
+    return float(total.item())
+
+
+with torchslurm.init() as ctx:
+    evaluate_once()
