@@ -94,6 +94,9 @@ class JobSpec:
     """When preemptible: allow the job to be requeued (`--requeue`)."""
     max_requeues: int = 3
     """When preemptible: how many times rank 0 may requeue the job (checked against SLURM_RESTART_COUNT)."""
+    max_restarts: int = 0
+    """torchrun mode: how often the agents restart all workers after a rank fails (`--max-restarts`);
+    the restarted workers resume from the last checkpoint (resume=auto)."""
     array: str | None = None
     """Job array indexes for sweeps (`--array`), e.g. `0-9%2`."""
     python: str = "python"
@@ -209,7 +212,7 @@ def spec_json(spec: JobSpec) -> str:
 
 # -- validation helpers used by __post_init__ ------------------------------------------------
 
-_INT_FIELDS = ("nodes", "gpus_per_node", "grace_s", "max_requeues")
+_INT_FIELDS = ("nodes", "gpus_per_node", "grace_s", "max_requeues", "max_restarts")
 _OPT_INT_FIELDS = ("tasks_per_node", "nproc_per_node", "cpus_per_task", "batch_size")
 _BOOL_FIELDS = ("per_rank_output", "preemptible", "requeue")
 _OPT_STR_FIELDS = ("mem", "time", "partition", "account", "qos", "constraint", "nodelist", "exclude",
@@ -281,11 +284,17 @@ def _check_choices(spec: JobSpec) -> None:
 
 def _check_ranges(spec: JobSpec) -> None:
     minimum = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1, "nproc_per_node": 1,
-               "cpus_per_task": 1, "grace_s": 1, "max_requeues": 0, "batch_size": 1}
+               "cpus_per_task": 1, "grace_s": 1, "max_requeues": 0, "max_restarts": 0, "batch_size": 1}
     for name, low in minimum.items():
         value = getattr(spec, name)
         if value is not None and value < low:
             raise ConfigError(f"{name}={value} is below {low}. HINT: set {name} to at least {low}.")
+    if spec.max_restarts and spec.launch != "torchrun":
+        raise ConfigError(
+            f"max_restarts={spec.max_restarts} with launch={spec.launch!r}: only torchrun's agent restarts "
+            "workers. HINT: in srun mode a failed rank ends the step (--kill-on-bad-exit) and the job is "
+            "requeued (preemptible: true, max_requeues); or set launch: torchrun."
+        )
     if spec.nproc_per_node is not None and spec.launch != "torchrun":
         raise ConfigError(
             f"nproc_per_node={spec.nproc_per_node} with launch={spec.launch!r}: only torchrun starts "

@@ -119,8 +119,19 @@ def render(spec: JobSpec) -> str:
     exports = _exports(spec)
     if exports:
         lines += [""] + [f"export {k}={shlex.quote(v)}" for k, v in exports.items()]
-    lines += [""] + (_torchrun_lines(spec) if spec.launch == "torchrun" else _srun_lines(spec))
+    launch = _torchrun_lines(spec) if spec.launch == "torchrun" else _srun_lines(spec)
+    lines += ["", *launch[:-1], "status=0", launch[-1] + " || status=$?", *WAIT_FOR_REQUEUE]
     return "\n".join(lines) + "\n"
+
+
+# Exit code 75 (preemption.PREEMPTED_EXIT_CODE): the ranks stopped on request and rank 0 may
+# have requeued the job. Slurm ends this script when the requeue takes effect; exiting first
+# can record the job as FAILED, and then it never comes back (seen on the sandbox under load).
+WAIT_FOR_REQUEUE = [
+    "# 75: stopped for preemption or the time limit; let a requeue end this script first",
+    'if [ "$status" -eq 75 ]; then sleep 30; fi',
+    'exit "$status"',
+]
 
 
 def _exports(spec: JobSpec) -> dict[str, str]:
@@ -174,6 +185,8 @@ def _torchrun_lines(spec: JobSpec) -> list[str]:
         wrap = ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchrun-agent"]
     agent = [spec.python, "-m", "torch.distributed.run", f"--nproc-per-node={spec.ranks_per_node}",
              "--rdzv-backend=c10d"]
+    if spec.max_restarts:
+        agent.append(f"--max-restarts={spec.max_restarts}")
     return [
         "# one task per node, each running torchrun (python -m torch.distributed.run) with",
         "# a rendezvous on the first node at a port unique to this job",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from torchslurm.errors import ConfigError
 from torchslurm.jobspec import JobSpec, load
 from torchslurm.sbatch import directives, render, sbatch_quote, sbatch_split
 
@@ -106,3 +107,14 @@ def test_sbatch_split_matches_sbatch_rules() -> None:
     assert sbatch_split(" --job-name='a b' -J it\\'s") == ["--job-name=a b", "-J", "it's"]
     assert sbatch_split(' --comment="x # y" #c') == ["--comment=x # y"]  # only an unquoted `#` ends it
     assert sbatch_split(" -J a\\ b") == ["-J", "a", "b"]  # a blank ends the argument even when escaped
+
+
+def test_torchrun_agents_restart_workers_when_asked() -> None:
+    script = render(JobSpec(script="train.py", nodes=2, launch="torchrun", max_restarts=2))
+    assert "--rdzv-backend=c10d --max-restarts=2" in script
+    assert "--max-restarts" not in render(JobSpec(script="train.py", nodes=2, launch="torchrun"))
+
+
+def test_max_restarts_needs_torchrun() -> None:
+    with pytest.raises(ConfigError, match=r"max_restarts=2 with launch='srun': only torchrun.*HINT"):
+        JobSpec(script="train.py", max_restarts=2)
