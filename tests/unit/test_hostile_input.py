@@ -4,7 +4,7 @@ Each rendered script is checked three ways: `bash -n`; every `#SBATCH` line read
 sbatch's own tokenizer gives exactly the value we meant; and a dry execution (srun and scontrol
 replaced by shell functions that write their argv NUL-separated) shows each argument and
 environment value arriving byte for byte, while nothing inside them ran (no canary file).
-Values that cannot be written safely (newlines, NUL, `/` in a job name) must be rejected with a
+Values that cannot be written safely (newlines, NUL, lone surrogates, `/` in a job name) must be rejected with a
 ConfigError instead.
 """
 
@@ -55,7 +55,7 @@ def specs(draw: st.DrawFn) -> JobSpec:
     try:
         return JobSpec(**kwargs)  # type: ignore[arg-type]
     except ConfigError as exc:
-        bad = [v for v in _values(kwargs) if any(c in v for c in "\n\r\0")]
+        bad = [v for v in _values(kwargs) if any(c in v for c in "\n\r\0") or not _utf8(v)]
         leading_dash = str(kwargs["script"]).startswith("-") or str(kwargs["python"]).startswith("-")
         assert bad or leading_dash or "/" in str(kwargs["name"]) or "is empty" in str(exc), f"rejected: {exc}"
         assert "HINT:" in str(exc)
@@ -64,6 +64,14 @@ def specs(draw: st.DrawFn) -> JobSpec:
 
 class _Rejected(Exception):
     pass
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # lone surrogates, as os.fsdecode makes of undecodable file names
+        return False
+    return True
 
 
 def _values(kwargs: dict[str, object]) -> list[str]:
