@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.jobspec import JobSpec, validate
+from torchslurm.findings import validate
+from torchslurm.jobspec import JobSpec
 from torchslurm.sbatch import render
 from torchslurm.slurm import JobStatus, SlurmClient
 

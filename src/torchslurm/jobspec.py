@@ -1,9 +1,8 @@
 """JobSpec: what a user wants from Slurm (N nodes x M GPUs, launch mode, time), validated.
 
 Pure: no torch, no Slurm commands. `JobSpec.__post_init__` rejects values that can never
-work (wrong types, unknown choices, newlines that would break out of a script line);
-`validate()` reports combinations that are legal but likely wrong (seed 003's ntasks vs
-GPUs mismatches), each with a HINT.
+work (wrong types, unknown choices, newlines that would break out of a script line) with a
+ConfigError; combinations that are legal but likely wrong are `findings.validate()`'s job.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from torchslurm.configfile import read_mapping
 from torchslurm.errors import ConfigError
@@ -173,6 +172,15 @@ def parse_time(text: str) -> int:
     if len(nums) == 2:
         return nums[0] * 60 + nums[1]
     return nums[0] * 3600 + nums[1] * 60 + nums[2]
+
+
+def parse_slurm_version(text: str) -> tuple[int, int]:
+    """`slurm-wlm 22.05.8`, `slurm 23.11.1` or `22.05` -> (22, 5)."""
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise ConfigError(f"slurm version {text!r} has no MAJOR.MINOR. HINT: pass what `sbatch --version` "
+                          "prints, e.g. `slurm 22.05.8`.")
+    return int(m.group(1)), int(m.group(2))
 
 
 def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> JobSpec:
@@ -340,142 +348,3 @@ def _check_encodable(name: str, value: str) -> None:
             f"{name}={value!r} holds {value[exc.start]!r}, which cannot be written as UTF-8 into a job script. "
             f"HINT: give {name} as plain text; file names must decode as UTF-8."
         ) from None
-
-
-# -- validate(): legal but likely wrong -------------------------------------------------------
-
-Severity = Literal["error", "warning", "info"]
-# `--gpus-per-node` arrived with cons_tres in Slurm 19.05; older versions only know `--gres=gpu:N`.
-GPUS_PER_NODE_SINCE = (19, 5)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem (or summary) about a job: what, why, and the fix."""
-
-    severity: Severity
-    code: str
-    message: str
-    hint: str
-
-    def __str__(self) -> str:
-        return f"{self.severity}: [{self.code}] {self.message} HINT: {self.hint}"
-
-
-def parse_slurm_version(text: str) -> tuple[int, int]:
-    """`slurm-wlm 22.05.8`, `slurm 23.11.1` or `22.05` -> (22, 5)."""
-    m = re.search(r"(\d+)\.(\d+)", text)
-    if not m:
-        raise ConfigError(f"slurm version {text!r} has no MAJOR.MINOR. HINT: pass what `sbatch --version` "
-                          "prints, e.g. `slurm 22.05.8`.")
-    return int(m.group(1)), int(m.group(2))
-
-
-def validate(spec: JobSpec, slurm_version: str | tuple[int, int] | None = None) -> list[Finding]:
-    """Every likely mistake in `spec`, errors first. Pure: the Slurm version is passed in as data."""
-    version = parse_slurm_version(slurm_version) if isinstance(slurm_version, str) else slurm_version
-    findings = [*_check_layout(spec), *_check_backend(spec), *_check_preemption(spec),
-                *_check_gpu_flag(spec, version), *_summaries(spec)]
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(findings, key=lambda f: order[f.severity])
-
-
-def _check_layout(spec: JobSpec) -> list[Finding]:
-    out: list[Finding] = []
-    g, tasks = spec.gpus_per_node, spec.slurm_tasks_per_node
-    if spec.launch == "srun" and g > 0 and tasks != g:
-        out.append(Finding(
-            "error", "tasks-vs-gpus",
-            f"launch=srun runs one rank per Slurm task, but tasks_per_node={tasks} and gpus_per_node={g}.",
-            f"set tasks_per_node: {g}, or use launch: torchrun with tasks_per_node: 1."))
-    if spec.launch == "torchrun" and tasks != 1:
-        out.append(Finding(
-            "error", "torchrun-tasks",
-            f"launch=torchrun with tasks_per_node={tasks}: every task would start its own torchrun agent "
-            "and the ranks would be counted several times.",
-            "set tasks_per_node: 1 (torchrun starts nproc_per_node workers itself)."))
-    if spec.launch == "torchrun" and g > 0 and spec.ranks_per_node != g:
-        out.append(Finding(
-            "error", "nproc-vs-gpus",
-            f"launch=torchrun with nproc_per_node={spec.ranks_per_node} but gpus_per_node={g}.",
-            f"set nproc_per_node: {g} (one worker per GPU)."))
-    if spec.launch == "torchrun" and spec.ranks_per_node > 1 and spec.cpus_per_task is None:
-        out.append(Finding(
-            "warning", "torchrun-cpus",
-            f"launch=torchrun runs {spec.ranks_per_node} workers inside one Slurm task, which gets 1 CPU "
-            "unless cpus_per_task is set.",
-            f"set cpus_per_task: {spec.ranks_per_node} (or more, for data loading workers)."))
-    return out
-
-
-def _check_backend(spec: JobSpec) -> list[Finding]:
-    out: list[Finding] = []
-    if spec.gpus_per_node == 0 and spec.backend == "nccl":
-        out.append(Finding("error", "nccl-without-gpu",
-                           "backend=nccl but gpus_per_node=0: NCCL needs CUDA GPUs.",
-                           "use backend: gloo (or auto) for a CPU job, or request GPUs with gpus_per_node."))
-    if spec.gpus_per_node > 0 and spec.backend == "gloo":
-        out.append(Finding("warning", "gloo-with-gpu",
-                           f"backend=gloo with gpus_per_node={spec.gpus_per_node}: gradients go through CPU "
-                           "memory, much slower than NCCL.", "use backend: auto (NCCL on GPUs)."))
-    if spec.nic is not None:
-        out.append(Finding("warning", "nic-override",
-                           f"nic={spec.nic!r} sets the same interface name on every node; nodes with other "
-                           "NIC names fail with `Unable to find address for`.",
-                           "leave nic unset: torchslurm picks the interface reaching the master per node."))
-    return out
-
-
-def _check_preemption(spec: JobSpec) -> list[Finding]:
-    if not spec.preemptible:
-        return []
-    out: list[Finding] = []
-    limit = spec.time_s
-    if limit is not None and limit > 0 and spec.grace_s >= limit:
-        out.append(Finding("error", "grace-vs-time",
-                           f"grace_s={spec.grace_s} is not shorter than time={spec.time!r} ({limit} s): "
-                           "the warning signal would come before the job starts working.",
-                           f"set grace_s below {limit} (e.g. {max(limit // 10, 1)}), or a longer time."))
-    if limit is None:
-        out.append(Finding("warning", "signal-without-time",
-                           "preemptible without a time limit: Slurm sends the warning signal only before "
-                           "the time limit, so only scancel/preemption will stop the job cleanly.",
-                           "set time (e.g. time: 4:00:00)."))
-    if not spec.requeue:
-        out.append(Finding("warning", "no-requeue",
-                           "preemptible with requeue=false: after the checkpoint the job ends instead of "
-                           "continuing.", "set requeue: true."))
-    if spec.grace_s < 60:
-        out.append(Finding("warning", "short-grace",
-                           f"grace_s={spec.grace_s}: Slurm's signal timer has a 60 s resolution, and the "
-                           "checkpoint must fit in the remaining time.", "set grace_s to 60 or more."))
-    return out
-
-
-def _check_gpu_flag(spec: JobSpec, version: tuple[int, int] | None) -> list[Finding]:
-    if spec.gpus_per_node == 0 or version is None:
-        return []
-    vtext = f"{version[0]}.{version[1]:02d}"
-    if spec.gpu_flag == "gpus-per-node" and version < GPUS_PER_NODE_SINCE:
-        return [Finding("error", "gpu-flag",
-                        f"gpu_flag=gpus-per-node but Slurm {vtext} predates --gpus-per-node (19.05).",
-                        "set gpu_flag: gres (renders --gres=gpu:N).")]
-    if spec.gpu_flag == "gres" and version >= GPUS_PER_NODE_SINCE:
-        return [Finding("info", "gpu-flag",
-                        f"gpu_flag=gres on Slurm {vtext}: --gres=gpu:N works, --gpus-per-node also does and "
-                        "sets SLURM_GPUS_PER_NODE.", "keep it, or set gpu_flag: gpus-per-node.")]
-    return []
-
-
-def _summaries(spec: JobSpec) -> list[Finding]:
-    if spec.batch_size is None:
-        return []
-    world = spec.world_size
-    text = (f"effective batch size = {spec.batch_size} per rank x {world} ranks = {spec.batch_size * world}"
-            f" ({spec.nodes} node(s) x {spec.ranks_per_node} rank(s))")
-    hint = "gradients are averaged over all ranks, so each step sees the effective batch."
-    if spec.lr is not None:
-        text += f"; lr={spec.lr:g} was tuned for which batch size?"
-        hint = (f"linear scaling from a single rank gives lr={spec.lr * world:g} "
-                f"(square-root scaling: {spec.lr * world ** 0.5:g}); warm up when scaling by a lot.")
-    return [Finding("info", "effective-batch", text + ".", hint)]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from torchslurm.jobspec import Finding, Severity
+from torchslurm.findings import Finding, Severity
 from torchslurm.sbatch import sbatch_split
 
 # short sbatch options that the seeds (and most scripts) use, mapped to their long names

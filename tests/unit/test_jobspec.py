@@ -1,4 +1,4 @@
-"""JobSpec construction, loading and validate(): pure logic, plain data in, data out."""
+"""JobSpec construction and loading, and findings.validate(): pure logic, plain data in, data out."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from torchslurm.errors import ConfigError
-from torchslurm.jobspec import JobSpec, load, parse_slurm_version, parse_time, validate
+from torchslurm.findings import validate
+from torchslurm.jobspec import JobSpec, load, parse_slurm_version, parse_time
 
 
 def codes(spec: JobSpec, version: str | None = None) -> dict[str, str]:

@@ -14,7 +14,8 @@ from typing import Any
 
 from torchslurm import jobspec
 from torchslurm.errors import ConfigError
-from torchslurm.jobspec import Finding, JobSpec
+from torchslurm.findings import Finding, validate
+from torchslurm.jobspec import JobSpec
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +99,7 @@ def handle(args: argparse.Namespace) -> int:
     from torchslurm.sbatch import render
 
     spec = spec_from_args(args)
-    code = report(jobspec.validate(spec, args.slurm_version), args.force)
+    code = report(validate(spec, args.slurm_version), args.force)
     if code:
         return code
     sys.stdout.write(render(spec))
