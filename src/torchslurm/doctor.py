@@ -1,9 +1,10 @@
-"""`torchslurm doctor`: the seeds' troubleshooting sections as checks that find the fault.
+"""`torchslurm doctor`'s checks: the seeds' troubleshooting sections as pure functions that find the fault.
 
 Each check is a pure function of recorded `Facts` (the environ mapping, this host's interfaces,
 what MASTER_ADDR resolves to, torch's versions, which Slurm commands are on PATH) and returns a
-`Check(name, status, detail, hint)`. `gather()` records the facts (the only effects, besides the
-optional `check_connect`). Rendering lives in the CLI (torchslurm.cli.doctor), the only place that prints.
+`Check(name, status, detail, hint)`; `run_checks` runs them all and `report` gathers them into a
+`Report`. No effects here: torchslurm.probe records the facts (`gather`) and tries a real process
+group (`check_connect`); rendering lives in the CLI (torchslurm.cli.doctor), the only place that prints.
 
 The placement, device and NIC decisions are the runtime's own (distenv, devices, netif): the
 doctor reports what `torchslurm.init()` would do here and why, and what would break.
@@ -13,13 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import shutil
-import socket
-import sys
-import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from torchslurm import devices, distenv, hostlist, netif
@@ -27,7 +23,7 @@ from torchslurm.errors import ConfigError, EnvError, TorchSlurmError
 from torchslurm.launch import gpus_on_node
 from torchslurm.netif import IfAddr
 
-__all__ = ["Check", "Facts", "Report", "TorchFacts", "check_connect", "gather", "report", "run_checks"]
+__all__ = ["Check", "Facts", "Report", "TorchFacts", "report", "run_checks"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +66,7 @@ class TorchFacts:
 
 @dataclass(frozen=True)
 class Facts:
-    """Everything the checks look at, recorded once by `gather()` (tests build it by hand)."""
+    """Everything the checks look at, recorded once by `torchslurm.probe.gather()` (tests build it by hand)."""
 
     environ: Mapping[str, str]
     """The process environment."""
@@ -154,7 +150,7 @@ def check_placement(facts: Facts) -> Check:
     try:
         env = distenv.detect(facts.environ, free_port=lambda: 0)
     except EnvError as exc:
-        return _from_error("placement", exc)
+        return from_error("placement", exc)
     if env.warnings:
         detail, hint = _split_hint(" ".join(env.warnings))
         if env.launcher == "batch":
@@ -190,7 +186,7 @@ def check_gpus(facts: Facts) -> Check:
     try:
         choice = devices.choose_device(facts.environ, env.local_rank, env.local_world_size, count)
     except ConfigError as exc:
-        return _from_error("gpus", exc)
+        return from_error("gpus", exc)
     if choice.kind == "cpu":
         if allocated:
             why = ("torch is a CPU-only build" if facts.torch.cuda is None
@@ -249,7 +245,7 @@ def check_master_addr(facts: Facts) -> Check:
     master = master_name(env, facts.environ)
     nodes = _num_nodes(env, facts.environ)
     if facts.resolve_error:
-        return _from_error("master_addr", EnvError(facts.resolve_error), value=master)
+        return from_error("master_addr", EnvError(facts.resolve_error), value=master)
     if not facts.master_ips:
         return Check("master_addr", "fail", f"MASTER_ADDR={master!r} resolves to no address here.",
                      "use a node name of this job or an IP address.", master)
@@ -376,88 +372,7 @@ def report(facts: Facts, checks: Sequence[Check]) -> Report:
                   launcher=env.launcher if env else None, checks=tuple(checks))
 
 
-# ---- effects: recording the facts, connecting ------------------------------------------------------
-
-
-def gather(environ: Mapping[str, str], which: Callable[[str], str | None] | None = None) -> Facts:
-    """Record this host's facts. torch is imported here (lazily): the doctor runs without it."""
-    environ = dict(environ)
-    which = which or (lambda name: shutil.which(name, path=environ.get("PATH", "")))
-    torch_facts, torch_error = _torch_facts()
-    master_ips: tuple[str, ...] = ()
-    resolve_error, source = "", None
-    env = placement(environ)
-    if env is not None:
-        try:
-            master_ips = tuple(netif.resolve(master_name(env, environ)))
-        except EnvError as exc:
-            resolve_error = str(exc)
-        source = next((s for s in map(netif.source_address, master_ips) if s is not None), None)
-    first = first_node(env, environ) if env is not None else None
-    try:
-        first_ips = tuple(netif.resolve(first)) if first else ()
-    except EnvError:
-        first_ips = ()
-    infiniband = Path("/sys/class/infiniband")
-    return Facts(
-        environ=environ, hostname=socket.gethostname(), torch=torch_facts, torch_error=torch_error,
-        interfaces=tuple(netif.list_interfaces()), master_ips=master_ips, resolve_error=resolve_error,
-        source=source, own_addresses=tuple(netif.own_addresses()), first_node_ips=first_ips,
-        infiniband=tuple(sorted(p.name for p in infiniband.iterdir())) if infiniband.is_dir() else (),
-        commands={name: which(name) for name in SLURM_COMMANDS}, python=sys.executable,
-    )
-
-
-def check_connect(environ: MutableMapping[str, str], backend: str | None = None, timeout_s: float = 30.0) -> Check:
-    """Really join the process group (short timeout) and time one all_reduce."""
-    try:
-        import torch
-        import torch.distributed as dist
-
-        from torchslurm import distributed
-    except ImportError as exc:
-        return Check("connect", "fail", f"cannot connect without torch ({exc}).", "install torch.")
-    start = time.perf_counter()
-    try:
-        ctx = distributed.init(backend=backend, timeout_s=timeout_s, environ=environ)
-    except TorchSlurmError as exc:
-        check = _from_error("connect", exc)
-        return Check(check.name, check.status, check.detail, f"{check.hint} {DEBUG_HINT}.".strip())
-    try:
-        joined_s = time.perf_counter() - start
-        value = torch.ones(1, device=ctx.device)
-        t0 = time.perf_counter()
-        dist.all_reduce(value)
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize(ctx.device)
-        reduce_ms = (time.perf_counter() - t0) * 1e3
-        nic = ctx.interface_env.get("GLOO_SOCKET_IFNAME") or environ.get("GLOO_SOCKET_IFNAME", "?")
-        return Check("connect", "ok", f"rank {ctx.rank} of {ctx.world_size} joined {ctx.env.master_addr}:"
-                     f"{ctx.env.master_port} over {ctx.backend} (interface {nic}) in {joined_s:.2f} s; one "
-                     f"all_reduce took {reduce_ms:.2f} ms and summed to {int(value.item())}.", value=ctx.backend)
-    finally:
-        distributed.shutdown()
-
-
 # ---- helpers -------------------------------------------------------------------------------------
-
-
-def _torch_facts() -> tuple[TorchFacts | None, str]:
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError as exc:
-        return None, str(exc)
-    nccl = None
-    if dist.is_available() and dist.is_nccl_available():
-        try:
-            raw = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
-            nccl = ".".join(map(str, raw)) if isinstance(raw, tuple) else str(raw)
-        except (RuntimeError, AttributeError):
-            nccl = "available"
-    return TorchFacts(version=str(torch.__version__), cuda=torch.version.cuda,
-                      cuda_device_count=int(torch.cuda.device_count()), nccl=nccl,
-                      gloo=bool(dist.is_available() and dist.is_gloo_available())), ""
 
 
 def _chosen_interface(facts: Facts, env: distenv.DistEnv) -> tuple[str | None, str]:
@@ -563,7 +478,8 @@ def _split_hint(message: str) -> tuple[str, str]:
     return detail.strip(), hint.strip()
 
 
-def _from_error(name: str, exc: TorchSlurmError, value: str = "") -> Check:
+def from_error(name: str, exc: TorchSlurmError, value: str = "") -> Check:
+    """A failed check from a runtime error: its message up to HINT: as the detail, the rest as the hint."""
     detail, hint = _split_hint(str(exc))
     return Check(name, "fail", detail, hint, value)
 

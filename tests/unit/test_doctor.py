@@ -1,5 +1,5 @@
-"""torchslurm.doctor's checks on plain dicts and recorded facts, the CLI rendering, the doctor
-without torch, and the pure parts of torchslurm.bench (sizes, nccl-tests formulas, table)."""
+"""torchslurm.doctor's checks on plain dicts and recorded facts, probe.gather on this machine, the CLI
+rendering, the doctor without torch, and the pure parts of torchslurm.bench (sizes, nccl-tests formulas, table)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from torchslurm import bench, doctor
+from torchslurm import bench, doctor, probe
 from torchslurm.cli.doctor import render
 from torchslurm.doctor import Check, Facts, TorchFacts
 from torchslurm.errors import ConfigError
@@ -336,7 +336,7 @@ def test_report_with_a_failure_is_failed_and_shows_the_hint() -> None:
 
 
 def test_gather_records_this_machine() -> None:
-    f = doctor.gather({"PATH": "/usr/bin:/bin", "MASTER_ADDR": "127.0.0.1"}, which=lambda name: None)
+    f = probe.gather({"PATH": "/usr/bin:/bin", "MASTER_ADDR": "127.0.0.1"}, which=lambda name: None)
     assert any(entry.loopback for entry in f.interfaces)
     assert f.master_ips == ("127.0.0.1",) and f.source == "127.0.0.1"
     assert f.torch is not None and f.torch.gloo

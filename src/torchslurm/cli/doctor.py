@@ -73,12 +73,12 @@ def handle(args: argparse.Namespace) -> int:
 
 def check_here(args: argparse.Namespace) -> int:
     """Gather this process's facts, run every check, print the report."""
-    from torchslurm import doctor
+    from torchslurm import doctor, probe
 
-    facts = doctor.gather(os.environ)
+    facts = probe.gather(os.environ)
     checks = doctor.run_checks(facts, args.backend)
     if args.connect:
-        checks.append(doctor.check_connect(os.environ, args.backend, args.timeout))
+        checks.append(probe.check_connect(os.environ, args.backend, args.timeout))
     result = doctor.report(facts, checks)
     text = json.dumps(result.to_json()) + "\n" if args.json else render(result)
     sys.stdout.write(text)  # one write: the ranks of one step share a pipe
