@@ -54,6 +54,23 @@ class DistEnv:
     """One sentence saying how this was decided."""
     warnings: tuple[str, ...] = field(default=())
     """Things that are legal but probably not what the user wanted."""
+    agent_store: bool = False
+    """torchrun's agent hosts the store on master_addr:master_port, so rank 0 is a client too."""
+    restart_count: int = 0
+    """How often torchrun's agents restarted the workers (TORCHELASTIC_RESTART_COUNT)."""
+    max_restarts: int = 0
+    """How often torchrun's agents may restart them (`--max-restarts`, TORCHELASTIC_MAX_RESTARTS)."""
+
+    @property
+    def restarts_left(self) -> int:
+        """Restarts torchrun's agents still have after this run's workers fail (0 outside torchrun)."""
+        return max(self.max_restarts - self.restart_count, 0)
+
+    @property
+    def store_prefix(self) -> str:
+        """Namespace of this run's keys in the store. torchrun's agent keeps one store across its
+        restarts, so restarted workers must not read the dead workers' addresses."""
+        return f"torchslurm/attempt{self.restart_count}/"
 
     @property
     def is_main(self) -> bool:
@@ -125,6 +142,9 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
         master_port=_port(environ["MASTER_PORT"]), launcher="torchrun", job_id=_job_id(environ),
         reason=f"{who}: RANK={rank} of WORLD_SIZE={world}, master "
                f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}.",
+        agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+        restart_count=_int("TORCHELASTIC_RESTART_COUNT", environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        max_restarts=_int("TORCHELASTIC_MAX_RESTARTS", environ.get("TORCHELASTIC_MAX_RESTARTS", "0")),
     )
 
 

@@ -21,6 +21,7 @@ from types import TracebackType
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
 from torchslurm import devices, netif
 from torchslurm.distenv import DistEnv, detect
@@ -160,15 +161,22 @@ def _device_for(env: DistEnv, environ: Mapping[str, str]) -> torch.device:
 
 def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeout: timedelta,
                         environ: Mapping[str, str]) -> None:
-    host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
     try:
         dist.init_process_group(
-            backend=backend, init_method=f"tcp://{host}:{env.master_port}", rank=env.rank,
-            world_size=env.world_size, timeout=timeout,
-            device_id=device if device.type == "cuda" else None,
+            backend=backend, store=_store(env, timeout), rank=env.rank, world_size=env.world_size,
+            timeout=timeout, device_id=device if device.type == "cuda" else None,
         )
     except (RuntimeError, OSError, TimeoutError, ValueError) as exc:
         raise DistributedError(_unreachable_message(env, timeout, environ, exc)) from exc
+
+
+def _store(env: DistEnv, timeout: timedelta) -> Store:
+    """The job's TCPStore (rank 0 hosts it, unless torchrun's agent does), keys under this run's
+    prefix: torch 2.13's agent keeps its store across restarts, and restarted workers that read
+    the dead workers' Gloo addresses fail with "Connection refused" (seen on the sandbox)."""
+    store = TCPStore(env.master_addr, env.master_port, env.world_size,
+                     is_master=env.is_main and not env.agent_store, timeout=timeout, multi_tenant=True)
+    return PrefixStore(env.store_prefix, store)
 
 
 def _check_all_joined(env: DistEnv, device: torch.device) -> None:

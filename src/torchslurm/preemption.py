@@ -37,9 +37,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchslurm.errors import ConfigError, SlurmError
+
+if TYPE_CHECKING:
+    from torchslurm.distenv import DistEnv
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +197,15 @@ def plan_requeue(environ: Mapping[str, str], max_requeues: int, wanted: bool) ->
     if restarts >= max_requeues:
         return RequeuePlan(None, f"SLURM_RESTART_COUNT={restarts} has reached max_requeues={max_requeues}")
     return RequeuePlan(target, f"restart {restarts + 1} of at most {max_requeues}")
+
+
+def requeues_after_failure(env: DistEnv) -> bool:
+    """Whether this rank requeues the job when a peer failed: local rank 0 of each node (Slurm
+    takes the first requeue), under srun, and under torchrun only once its agents have no
+    restarts left; until then they restart the workers, which resume from the last checkpoint."""
+    if env.local_rank != 0:
+        return False
+    return env.launcher == "srun" or (env.launcher == "torchrun" and env.restarts_left == 0)
 
 
 def requeue(plan: RequeuePlan, run: Runner = run_command, timeout_s: float = 60.0) -> None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from torchslurm.errors import DistributedError
 
 if TYPE_CHECKING:
-    from torch._C._distributed_c10d import TCPStore
+    from torch._C._distributed_c10d import Store
 
     from torchslurm.distributed import DistContext
 
@@ -136,12 +136,13 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _store(self, timeout_s: float = STORE_TIMEOUT_S) -> TCPStore:
-        from torch._C._distributed_c10d import TCPStore
+    def _store(self, timeout_s: float = STORE_TIMEOUT_S) -> Store:
+        from torch._C._distributed_c10d import PrefixStore, TCPStore
 
         env = self.ctx.env
-        return TCPStore(env.master_addr, env.master_port, is_master=False,
-                             timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+        store = TCPStore(env.master_addr, env.master_port, is_master=False,
+                         timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+        return PrefixStore(env.store_prefix, store)
 
     def start(self) -> None:
         """Gather every rank's host (one all_gather) and start the heartbeat."""
@@ -176,7 +177,7 @@ class Watchdog:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def _beat(self, store: TCPStore) -> None:
+    def _beat(self, store: Store) -> None:
         key = _BEAT.format(self.ctx.rank)
         while not self._stop.wait(self.interval_s):
             try:

@@ -36,9 +36,13 @@ TIMEOUT_S = 20  # process group timeout of these jobs: the bound on how long a r
 
 
 def job_script(cluster: Cluster, run_dir: Path, *args: str, time_limit: str = "5", preemptible: bool = True,
-               **env: str) -> str:
+               torchrun_restarts: int | None = None, **env: str) -> str:
+    """srun mode, 2 tasks per node; or, with torchrun_restarts, one torchrun per node running 2 ranks."""
+    placement: dict[str, object] = (
+        {"tasks_per_node": 2} if torchrun_restarts is None else
+        {"launch": "torchrun", "nproc_per_node": 2, "cpus_per_task": 2, "max_restarts": torchrun_restarts})
     spec = JobSpec(script=str(SCRIPT), args=(f"run_dir={run_dir}", *TRAINING, f"timeout_s={TIMEOUT_S}", *args),
-                   name="preempt", nodes=2, tasks_per_node=2, time=time_limit, preemptible=preemptible,
+                   name="preempt", nodes=2, time=time_limit, preemptible=preemptible, **placement,  # type: ignore[arg-type]
                    grace_s=60, python=cluster.python,
                    # one thread per rank, as in every run compared here: the CPU kernels then sum in the
                    # same order and the weights can be compared bit for bit
@@ -208,6 +212,31 @@ def test_kill_9_of_one_rank_ends_all_ranks_names_it_and_the_requeued_job_complet
     assert f"error: rank 3 on {host} (" in output and ") stopped responding (no heartbeat)" in output, output[-4000:]
     assert re.search(r"task 3: Killed", output), output[-4000:]
     assert "requeued job" in output and "after a peer failure" in output
+    assert_same_weights(reference, run_dir)
+
+
+def test_torchrun_mode_restarts_after_a_kill_9_then_requeues_when_restarts_are_used_up(
+        cluster: Cluster, reference: Reference) -> None:
+    """torchrun --max-restarts=1. First kill -9 of rank 3: the agents restart all workers, which
+    resume from the last checkpoint (no requeue). Second kill: no restarts left, so the workers
+    requeue the job, and the requeued job resumes and completes."""
+    run_dir, ckpt = cluster.job_dir / "run", cluster.job_dir / "run" / "checkpoints"
+    job = cluster.sbatch(job_script(cluster, run_dir, "step_sleep=0.2", "checkpoint_every_steps=10",
+                                    torchrun_restarts=1))
+    first = started(cluster, job, run_dir)
+    wait_for(lambda: len(checkpoint.complete(ckpt)) == 1, 90, "training never reached step 10")
+    os.kill(first[3], 9)
+    wait_for(lambda: rank_pids(run_dir).get(3) not in (None, first[3]), 90, "rank 3 was not restarted")
+    restarted = started(cluster, job, run_dir)
+    wait_for(lambda: len(checkpoint.complete(ckpt)) == 2, 90, "the restarted run never reached step 20")
+    host = (run_dir / "pids" / "rank3.pid").read_text().split()[1]
+    os.kill(restarted[3], 9)
+    state, restarts = drive(cluster, job)
+    output = cluster.output(job)
+    assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
+    assert re.findall(r"Resuming from \S+step-(\d+)", output) == ["000000010", "000000020"], output[-4000:]
+    assert f"rank 3 on {host} (" in output and ") stopped responding (no heartbeat)" in output, output[-4000:]
+    assert "requeued job" in output and "after a peer failure" in output, output[-4000:]
     assert_same_weights(reference, run_dir)
 
 

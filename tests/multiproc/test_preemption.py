@@ -30,8 +30,9 @@ def clean_environ() -> dict[str, str]:
     return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
-def train(run_dir: Path, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TORCHSLURM, "run", "--nproc", "2", str(SCRIPT), f"run_dir={run_dir}", *args],
+def train(run_dir: Path, *args: str, timeout_s: float = 180, run_flags: tuple[str, ...] = ()
+          ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TORCHSLURM, "run", "--nproc", "2", *run_flags, str(SCRIPT), f"run_dir={run_dir}", *args],
                           capture_output=True, text=True, timeout=timeout_s, env=clean_environ())
 
 
@@ -77,6 +78,20 @@ def test_signal_on_one_rank_stops_all_after_the_same_step_and_resume_is_bitwise(
     resumed = train(tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "Resuming from" in resumed.stdout and "epoch 1, batch 9, step 9" in resumed.stdout
+    assert_bitwise_equal(weights(uninterrupted), weights(tmp_path))
+    assert epoch_metrics(uninterrupted) == epoch_metrics(tmp_path)
+
+
+def test_a_crashed_rank_is_restarted_by_the_agent_and_the_run_resumes_bitwise(
+        uninterrupted: Path, tmp_path: Path) -> None:
+    """`torchslurm run --max-restarts 1`: rank 1 dies by SIGKILL after step 17; the agent restarts
+    both ranks, which resume from step 15's checkpoint. The restarted ranks use a fresh namespace in
+    the agent's store: with the dead ranks' addresses still there, they failed "Connection refused"."""
+    result = train(tmp_path, "signal_at=1:17", "signal=KILL", "checkpoint_every_steps=3",
+                   run_flags=("--max-restarts", "1"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank 1 on " in result.stderr and "stopped responding (no heartbeat)" in result.stderr, result.stderr
+    assert "epoch 2, batch 5, step 15" in result.stdout and result.stdout.count("Resuming from") == 1, result.stdout
     assert_bitwise_equal(weights(uninterrupted), weights(tmp_path))
     assert epoch_metrics(uninterrupted) == epoch_metrics(tmp_path)
 

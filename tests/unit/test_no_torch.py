@@ -13,7 +13,8 @@ WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 TORCH_FREE_MODULES = ["torchslurm", "torchslurm.errors", "torchslurm.hostlist", "torchslurm.distenv",
                       "torchslurm.launch", "torchslurm.cli",
                       "torchslurm.jobspec", "torchslurm.sbatch", "torchslurm.lint", "torchslurm.slurm",
-                      "torchslurm.job", "torchslurm.configfile", "torchslurm.config"]
+                      "torchslurm.job", "torchslurm.configfile", "torchslurm.config", "torchslurm.findings",
+                      "torchslurm.doctor", "torchslurm.probe"]
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"]]
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 
 import pytest
 
+from torchslurm.distenv import DistEnv
 from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.preemption import (
     PREEMPTED_EXIT_CODE,
@@ -23,6 +24,7 @@ from torchslurm.preemption import (
     preemption_config,
     requeue,
     requeue_target,
+    requeues_after_failure,
 )
 
 SCONTROL_JOB = (
@@ -68,6 +70,20 @@ def test_sigterm_stop_and_no_slurm_never_requeue() -> None:
     outside = RequeuePlan(None, "not a Slurm job (no SLURM_JOB_ID): nothing to requeue")
     assert plan_requeue({}, 3, wanted=True) == outside
     assert plan_requeue({"SLURM_JOB_ID": "5"}, 0, wanted=True).target is None
+
+
+@pytest.mark.parametrize(("launcher", "local_rank", "restarts", "expected"), [
+    ("srun", 0, (0, 0), True), ("srun", 1, (0, 0), False),
+    ("torchrun", 0, (0, 1), False),  # the agents restart the workers
+    ("torchrun", 0, (1, 1), True),   # they have no restarts left
+    ("torchrun", 0, (0, 0), True), ("torchrun", 1, (0, 0), False), ("local", 0, (0, 0), False),
+])
+def test_who_requeues_after_a_peer_failure(launcher: str, local_rank: int, restarts: tuple[int, int],
+                                           expected: bool) -> None:
+    env = DistEnv(rank=2 + local_rank, local_rank=local_rank, world_size=4, local_world_size=2, node_rank=1,
+                  num_nodes=2, master_addr="n1", master_port=1234, launcher=launcher, job_id="7", reason="",
+                  restart_count=restarts[0], max_restarts=restarts[1])
+    assert requeues_after_failure(env) is expected
 
 
 def test_bad_restart_count_is_a_config_error() -> None:

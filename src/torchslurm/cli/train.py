@@ -84,7 +84,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     import torchslurm
     from torchslurm import config, data, models
     from torchslurm.errors import TorchSlurmError
-    from torchslurm.preemption import Preemption, preemption_config, run_command
+    from torchslurm.preemption import Preemption, preemption_config, requeues_after_failure, run_command
     from torchslurm.trainer import Trainer, seed_everything
     from torchslurm.watchdog import Watchdog
 
@@ -102,9 +102,9 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
             # Preemption: a warning signal, SIGTERM or the job's deadline stops all ranks after the
             # same step, the Trainer checkpoints, rank 0 requeues (see torchslurm.preemption).
             stop = Preemption(preemption_config(os.environ, run_command if ctx.is_main else None))
-            # A dead peer: one root-cause message naming it; under srun one rank per node requeues
-            # (torchrun mode: the agent's restarts resume instead). See torchslurm.watchdog.
-            requeue = ctx.local_rank == 0 and ctx.env.launcher == "srun"
+            # A dead peer: one root-cause message naming it, and one rank per node requeues the
+            # job (torchrun: once the agents' restarts are used up). See torchslurm.watchdog.
+            requeue = requeues_after_failure(ctx.env)
             dog = Watchdog(ctx, on_failure=stop.requeue_after_failure if requeue else None)
             with stop, dog, dog.guard():
                 result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx,

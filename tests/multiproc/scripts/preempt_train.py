@@ -5,13 +5,14 @@
 key=value arguments (all optional but run_dir):
   epochs, samples, batch_size, checkpoint_every_steps, seed — the TrainConfig / data knobs;
   signal_at=RANK:STEP — that rank sends itself the preemption signal (a real kill) just before the
-                        boundary check after optimizer step STEP;
-  signal=NAME         — which signal signal_at sends (default: the configured one, USR2);
+                        boundary check after optimizer step STEP, once per run_dir;
+  signal=NAME         — which signal signal_at sends (default: the configured one, USR2; KILL: a crash);
   ballast_mb=N        — a frozen parameter of N MiB: makes checkpoints large (kill -9 mid-save);
   step_sleep=S        — sleep S seconds per step (gives tests time to act mid-training);
   timeout_s=S         — the process group timeout (torchslurm.init), the bound on a hang.
-A peer failure ends every rank with one root-cause message (torchslurm.watchdog); under srun,
-local rank 0 of each node then requeues the job (within TORCHSLURM_MAX_REQUEUES).
+A peer failure ends every rank with one root-cause message (torchslurm.watchdog); then
+local rank 0 of each node requeues the job (within TORCHSLURM_MAX_REQUEUES; under torchrun only
+once the agents have no restarts left: until then they restart the workers, which resume).
 Writes DIR/pids/rank<R>.pid at start and, after an uninterrupted finish, DIR/final.pt (rank 0).
 Exit code: 0 when training finished, 75 (PREEMPTED_EXIT_CODE) after a stop on request.
 """
@@ -76,14 +77,17 @@ def train(args: dict[str, str]) -> int:
         sig = signal.Signals["SIG" + args.get("signal", stop.config.signal).upper().removeprefix("SIG")]
         trainer: Trainer
 
+        fired = run_dir / f"signal_at-{who}-{when}.done"  # once: a restarted run passes the step again
+
         def boundary() -> bool:
-            if ctx.rank == int(who) and trainer.global_step == int(when):
+            if ctx.rank == int(who) and trainer.global_step == int(when) and not fired.exists():
+                fired.touch()
                 os.kill(os.getpid(), sig)
             if sleep_s:
                 time.sleep(sleep_s)
             return stop.should_stop()
 
-        requeue = ctx.env.launcher == "srun" and ctx.local_rank == 0
+        requeue = preemption.requeues_after_failure(ctx.env)
         dog = watchdog.Watchdog(ctx, bound_s=timeout_s, on_failure=stop.requeue_after_failure if requeue else None)
         with stop, dog, dog.guard():
             trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
