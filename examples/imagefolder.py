@@ -40,8 +40,8 @@ def main() -> int:
         seed_everything(cfg.seed)
         model = models.build(example.resolved_model, *data.describe(train))
         optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=example.momentum)
-        Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx).fit()
-    return 0
+        result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx).fit()
+    return result.exit_code  # 75 after a preemption stop (checkpoint saved, job requeued)
 
 
 if __name__ == "__main__":

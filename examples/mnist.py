@@ -37,9 +37,9 @@ def main() -> int:
         model = SimpleConvNet(image_size=28 if example.dataset == "mnist" else 8)
         optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=example.momentum)
         result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx).fit()
-        if ctx.is_main and result.val is not None:
+        if ctx.is_main and result.val is not None and not result.stopped_early:
             print(f"final validation accuracy {100 * result.val.accuracy:.2f}%; outputs in {cfg.run_dir}")
-    return 0
+    return result.exit_code  # 75 after a preemption stop (checkpoint saved, job requeued)
 
 
 if __name__ == "__main__":

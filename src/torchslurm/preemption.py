@@ -32,6 +32,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -266,7 +267,12 @@ class Preemption:
         return tuple(dict.fromkeys((warning, signal.SIGTERM)))
 
     def install(self) -> None:
-        """Install the handlers (main thread only); the previous ones come back on uninstall()."""
+        """Install the handlers; the previous ones come back on uninstall(). Python runs signal
+        handlers in the main thread only: elsewhere only the deadline can stop the run."""
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("not in the main thread: %s not caught; only the job's deadline stops this run early",
+                           " and ".join(s.name for s in self.signals))
+            return
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handle)
 

@@ -15,8 +15,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,8 @@ from torchslurm.config import TrainConfig
 from torchslurm.data import ShardSampler, SkipSampler
 from torchslurm.errors import CheckpointError, ConfigError
 from torchslurm.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
+from torchslurm.preemption import Preemption, preemption_config, requeues_after_failure, run_command
+from torchslurm.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from torchslurm.distributed import DistContext
@@ -53,6 +55,9 @@ class FitResult:
     checkpoint: Path | None
     """The last checkpoint this run wrote (rank 0 knows it; other ranks see None)."""
     run_dir: Path = field(default=Path("."))
+    exit_code: int = 0
+    """0, or PREEMPTED_EXIT_CODE (75) after the built-in preemption stopped the run and requeued
+    the job: exit with it (`sys.exit(result.exit_code)`) so that the job script can tell."""
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,13 @@ class Trainer:
 
     `optimizer` must hold the model's parameters; its lr is set from the config. `scheduler`
     is a factory called with the optimizer and stepped after each optimizer step.
-    `should_stop` is called on every rank at each optimizer-step boundary; it must return the same
-    answer on all ranks (torchslurm's preemption agrees with one all_reduce). When true, the
-    Trainer saves a checkpoint and returns FitResult(stopped_early=True).
+    Left at None, `should_stop` is torchslurm's own preemption and `fit()` also runs the dead-peer
+    watchdog: the job's warning signal (USR2), SIGTERM or its deadline stop every rank after the
+    same step, the Trainer checkpoints, rank 0 requeues the job and FitResult.exit_code is 75; a
+    dead peer ends every rank with one message naming it (torchslurm.preemption, .watchdog).
+    A `should_stop` of your own is called on every rank at each optimizer-step boundary and must
+    give the same answer on all ranks; when true, the Trainer saves a checkpoint and returns
+    FitResult(stopped_early=True), and the rest is yours.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -114,7 +123,12 @@ class Trainer:
             group["lr"] = config.lr * self.lr_factor
         self.scheduler = scheduler(optimizer) if scheduler else None
         self.scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
-        self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
+        self._ctx = ctx
+        self._preemption: Preemption | None = None
+        if should_stop is None:
+            self._preemption = Preemption(preemption_config(os.environ, run_command if self.is_main else None))
+            should_stop = self._preemption.should_stop
+        self.should_stop: Callable[[], bool] = should_stop
         self.log = MetricsLog(config.run_dir / "metrics.jsonl")
         self.epoch, self.batches_done, self.global_step = 0, 0, 0
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
@@ -133,6 +147,23 @@ class Trainer:
     # ---- the loop ---------------------------------------------------------------------------
     def fit(self) -> FitResult:
         """Train for config.epochs (resuming first, as config.resume says)."""
+        with ExitStack() as stack:
+            if self._preemption is not None:
+                self._protect(stack, self._preemption)
+            result = self._fit()
+            if result.stopped_early and self._preemption is not None:
+                result = replace(result, exit_code=self._preemption.finish(self.topo.rank))
+        return result
+
+    def _protect(self, stack: ExitStack, preemption: Preemption) -> None:
+        """Signal handlers for the run, and across ranks the watchdog's heartbeat and guard."""
+        stack.enter_context(preemption)
+        if self._ctx is not None and self._ctx.world_size > 1:
+            requeue = preemption.requeue_after_failure if requeues_after_failure(self._ctx.env) else None
+            dog = stack.enter_context(Watchdog(self._ctx, on_failure=requeue))
+            stack.enter_context(dog.guard())
+
+    def _fit(self) -> FitResult:
         self._settle_ddp_buckets()
         if not self._resume():
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams

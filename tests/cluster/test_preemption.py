@@ -52,13 +52,17 @@ def job_script(cluster: Cluster, run_dir: Path, *args: str, time_limit: str = "5
 
 def drive(cluster: Cluster, job: str, timeout_s: float = 150) -> tuple[str, int]:
     """Wait until the job ends, starting it at once whenever it was requeued. → (state, restarts)."""
-    deadline, hurried = time.monotonic() + timeout_s, 0.0
+    deadline, hurried, requeued = time.monotonic() + timeout_s, 0.0, None
     while time.monotonic() < deadline:
         info = cluster.job(job)
         state, restarts = info.get("JobState", "?"), int(info.get("Restarts", "0") or 0)
-        # Again and again while it waits for its BeginTime: an update while the old run is still
-        # completing is accepted but has no effect (slurm-lab.md section 6).
-        if state == "PENDING" and info.get("Reason") == "BeginTime" and time.monotonic() - hurried > 1:
+        waiting = state == "PENDING" and info.get("Reason") == "BeginTime"
+        requeued = (requeued or time.monotonic()) if waiting else None
+        # Not in the second of the requeue: slurmd revoked the old run's credential then, and a start
+        # within the same second is refused ("Killing non-startable batch job: Job credential revoked",
+        # the job ends FAILED). Then again and again: an update while the old run is still completing
+        # is accepted but has no effect (slurm-lab.md section 6).
+        if waiting and time.monotonic() - (requeued or 0) > 2 and time.monotonic() - hurried > 1:
             cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
             hurried = time.monotonic()
         elif state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):

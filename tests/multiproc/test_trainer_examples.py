@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from torchslurm import data
+from torchslurm import checkpoint, data
 
 pytestmark = pytest.mark.multiproc
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -54,6 +57,41 @@ def test_simple_model_under_plain_torchrun(tmp_path: Path) -> None:
     assert "Starting distributed training on 2 processes (1 node × 2, gloo, cpu)" in out
     accuracy = float(out.split("final validation accuracy ")[1].split("%")[0])
     assert accuracy > 80.0  # 10→50→2 learns the synthetic rule quickly
+
+
+def readme_python_block(after: str) -> str:
+    text = (EXAMPLES.parent / "README.md").read_text()
+    start = text.index("```python\n", text.index(after)) + len("```python\n")
+    return text[start:text.index("```", start)]
+
+
+def test_the_readmes_own_model_script_trains_on_two_ranks(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(readme_python_block("**Your own model**"))
+    result = _run(sys.executable, "-m", "torchslurm", "run", "--nproc", "2", "mine.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    accuracy = re.search(r"validation accuracy (\d+\.\d\d)%", result.stdout)
+    assert accuracy and float(accuracy.group(1)) > 80.0, result.stdout[-3000:]
+    assert checkpoint.complete(tmp_path / "runs" / "mine" / "checkpoints")
+
+
+def test_an_example_stops_on_the_preemption_signal_and_the_same_command_resumes(tmp_path: Path) -> None:
+    """No preemption code in the example: the Trainer's own handles Slurm's warning signal."""
+    command = [sys.executable, "-m", "torchslurm", "run", "--nproc", "2", str(EXAMPLES / "simple_model.py"),
+               "--epochs", "3", "--batch-size", "8", "log_every=1", f"run_dir={tmp_path / 'run'}"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
+                            cwd=tmp_path)
+    metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if metrics.exists() and '"kind": "step"' in metrics.read_text():
+            proc.send_signal(signal.SIGUSR2)  # what Slurm's --signal=USR2@grace sends
+            break
+        time.sleep(0.02)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out[-3000:]
+    assert "stopping at this step boundary: SIGUSR2" in out and "final validation accuracy" not in out, out[-3000:]
+    resumed = _run(*command, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming from" in resumed.stdout + resumed.stderr and "final validation accuracy" in resumed.stdout
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is installed")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -155,6 +157,23 @@ def test_handler_only_records_and_boundary_stops() -> None:
         assert stop.request == StopRequest(True, False, False)
         assert stop.should_stop()  # stays stopped
     assert signal.getsignal(signal.SIGUSR2) is before
+
+
+def test_outside_the_main_thread_no_handlers_but_the_deadline_still_stops(caplog: pytest.LogCaptureFixture) -> None:
+    before = signal.getsignal(signal.SIGUSR2)
+    stop = Preemption(PreemptionConfig(end_time=time.time() + 10, grace_s=60), environ={})
+    seen: list[bool] = []
+
+    def in_a_thread() -> None:
+        with stop:
+            seen.append(signal.getsignal(signal.SIGUSR2) is before)
+            seen.append(stop.should_stop())
+
+    worker = threading.Thread(target=in_a_thread)
+    worker.start()
+    worker.join()
+    assert seen == [True, True] and stop.request.deadline
+    assert "not in the main thread: SIGUSR2 and SIGTERM not caught" in caplog.text
 
 
 def test_sigterm_stops_without_requeue() -> None:

@@ -84,9 +84,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     import torchslurm
     from torchslurm import config, data, models
     from torchslurm.errors import TorchSlurmError
-    from torchslurm.preemption import Preemption, preemption_config, requeues_after_failure, run_command
     from torchslurm.trainer import Trainer, seed_everything
-    from torchslurm.watchdog import Watchdog
 
     parser = argparse.ArgumentParser(prog="torchslurm train (rank)")
     config.add_arguments(parser)
@@ -99,18 +97,12 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
             seed_everything(cfg.seed)  # identical initial weights on every rank and every run
             model = models.build(example.resolved_model, *data.describe(train))
             optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=example.momentum)
-            # Preemption: a warning signal, SIGTERM or the job's deadline stops all ranks after the
-            # same step, the Trainer checkpoints, rank 0 requeues (see torchslurm.preemption).
-            stop = Preemption(preemption_config(os.environ, run_command if ctx.is_main else None))
-            # A dead peer: one root-cause message naming it, and one rank per node requeues the
-            # job (torchrun: once the agents' restarts are used up). See torchslurm.watchdog.
-            requeue = requeues_after_failure(ctx.env)
-            dog = Watchdog(ctx, on_failure=stop.requeue_after_failure if requeue else None)
-            with stop, dog, dog.guard():
-                result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx,
-                                 should_stop=stop.should_stop).fit()
+            # The Trainer's own preemption and watchdog: a warning signal, SIGTERM or the job's
+            # deadline stops every rank after the same step (checkpoint, requeue, exit 75); a dead
+            # peer ends every rank with one message naming it.
+            result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx).fit()
             if result.stopped_early:
-                return stop.finish(ctx.rank)
+                return result.exit_code
             if ctx.is_main:
                 _print_outputs(cfg.run_dir, result.checkpoint)
     except TorchSlurmError as exc:
