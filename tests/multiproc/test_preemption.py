@@ -68,8 +68,9 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_signal_on_one_rank_stops_all_after_the_same_step_and_resume_is_bitwise(
         uninterrupted: Path, tmp_path: Path) -> None:
-    """Only rank 1 gets SIGUSR2, mid-epoch (step 9 of 10 per epoch): both ranks stop after step 9."""
-    stopped = train(tmp_path, "signal_at=1:9")
+    """Only rank 1 gets SIGUSR2, mid-epoch (after step 8 of 10 per epoch); the ranks agree in the
+    background during step 9, and both stop after step 9."""
+    stopped = train(tmp_path, "signal_at=1:8")
     assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stdout + stopped.stderr
     assert "rank 0: stopped at step 9" in stopped.stdout and "rank 1: stopped at step 9" in stopped.stdout
     assert "stopped on request with exit code 75" in stopped.stderr
@@ -97,7 +98,7 @@ def test_a_crashed_rank_is_restarted_by_the_agent_and_the_run_resumes_bitwise(
 
 
 def test_sigterm_on_rank_0_stops_without_requeue(tmp_path: Path) -> None:
-    stopped = train(tmp_path, "signal_at=0:4", "signal=TERM", "epochs=1")
+    stopped = train(tmp_path, "signal_at=0:3", "signal=TERM", "epochs=1")  # seen after step 3, agreed after 4
     assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stdout + stopped.stderr
     assert "stopping at this step boundary: SIGTERM" in stopped.stdout
     assert [step for step, _ in checkpoint.complete(tmp_path / "checkpoints")] == [4]

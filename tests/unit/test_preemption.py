@@ -129,6 +129,9 @@ def test_config_from_environ_and_validation() -> None:
     assert (cfg.signal, cfg.max_requeues, cfg.grace_s, cfg.end_time, cfg.deadline) == ("USR1", 5, 30.0, 1000.0, 970.0)
     assert preemption_config({}) == PreemptionConfig()
     assert preemption_config({}, check_every=4).check_every == 4
+    assert preemption_config({"TORCHSLURM_CHECK_EVERY": "10"}).check_every == 10
+    with pytest.raises(ConfigError, match=r"check_every=0, expected at least 1"):
+        preemption_config({"TORCHSLURM_CHECK_EVERY": "0"})
     with pytest.raises(ConfigError, match=r"signal='KILL' is not one of USR1, USR2, TERM, INT, HUP, URG\. HINT: USR2"):
         PreemptionConfig(signal="KILL")
     with pytest.raises(ConfigError, match=r"TORCHSLURM_MAX_REQUEUES='three' is not a number"):
