@@ -27,7 +27,8 @@ def clean_environ() -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_", "TORCHSLURM_"))
             and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR"}
+    # every step is checked, so a signal after step k stops the ranks after step k + 1 exactly
+    return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR", "TORCHSLURM_CHECK_PERIOD_S": "0"}
 
 
 def train(run_dir: Path, *args: str, timeout_s: float = 180, run_flags: tuple[str, ...] = ()

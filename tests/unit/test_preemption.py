@@ -15,11 +15,13 @@ import pytest
 from torchslurm.distenv import DistEnv
 from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.preemption import (
+    MAX_CHECK_EVERY,
     PREEMPTED_EXIT_CODE,
     Preemption,
     PreemptionConfig,
     RequeuePlan,
     StopRequest,
+    check_interval,
     job_end_time,
     parse_end_time,
     plan_requeue,
@@ -132,6 +134,22 @@ def test_config_from_environ_and_validation() -> None:
     assert preemption_config({"TORCHSLURM_CHECK_EVERY": "10"}).check_every == 10
     with pytest.raises(ConfigError, match=r"check_every=0, expected at least 1"):
         preemption_config({"TORCHSLURM_CHECK_EVERY": "0"})
+    assert preemption_config({"TORCHSLURM_CHECK_PERIOD_S": "0"}).check_period_s == 0
+    with pytest.raises(ConfigError, match=r"check_period_s=-1, expected 0 to 60 seconds\. HINT: 0\.2"):
+        preemption_config({"TORCHSLURM_CHECK_PERIOD_S": "-1"})
+
+
+@pytest.mark.parametrize(("step_s", "period_s", "minimum", "expected"), [
+    (None, 0.2, 1, 1),       # step time not known yet
+    (0.01, 0.2, 1, 20),      # 10 ms steps: one check per 20 steps
+    (0.5, 0.2, 1, 1),        # slow steps: every step
+    (0.01, 0.2, 50, 50),     # never below check_every
+    (0.01, 0.0, 3, 3),       # period 0: every check_every steps
+    (0.0, 0.2, 1, MAX_CHECK_EVERY), (1e-6, 0.2, 1, MAX_CHECK_EVERY),
+])
+def test_check_interval_aims_at_the_period(step_s: float | None, period_s: float, minimum: int,
+                                           expected: int) -> None:
+    assert check_interval(step_s, period_s, minimum) == expected
     with pytest.raises(ConfigError, match=r"signal='KILL' is not one of USR1, USR2, TERM, INT, HUP, URG\. HINT: USR2"):
         PreemptionConfig(signal="KILL")
     with pytest.raises(ConfigError, match=r"TORCHSLURM_MAX_REQUEUES='three' is not a number"):
