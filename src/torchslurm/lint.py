@@ -172,6 +172,9 @@ def _parse_launch(number: int, words: list[str], script: Script, under_srun: boo
             if opts[-1][:2] in _SHORT and len(opts[-1]) == 2 and words:
                 opts.append(words.pop(0))
         parse_directive_args(opts, srun_opts)
+        for opt in opts:  # -K / -K0 / -K1: an optional value attached, not in _SHORT
+            if opt.startswith("-K"):
+                srun_opts["kill-on-bad-exit"] = opt[2:]
     if len(words) >= 3 and PurePosixPath(words[0]).name in ("bash", "sh") and words[1] == "-c":
         code = words[2]
         if '"$@"' not in code:  # `srun bash -c '<script>'`: lint the inner script as run by each task
@@ -303,6 +306,14 @@ def _check_launches(s: Script) -> list[Finding]:
                           f"{where}: srun runs one rank per task: {tasks} task(s) per node but {gpus} GPU(s) "
                           "per node.",
                           f"#SBATCH --ntasks-per-node={gpus}, or one task per node running torchrun."))
+        kill = ln.srun_opts.get("kill-on-bad-exit")
+        if ln.under_srun and (total > 1 or nodes > 1) and (kill is None or kill.lstrip("=") == "0"):
+            who = f"one rank (or one node's {ln.launcher} agent)" if ln.launcher else "one rank"
+            out.append(_f("warning", "no-kill-on-bad-exit",
+                          f"{where}: srun without --kill-on-bad-exit: when {who} dies, the others wait in "
+                          "their collectives until the group timeout (torch's default: 30 min) and the job "
+                          "holds its nodes meanwhile.",
+                          "srun --kill-on-bad-exit=1 ... (unless the cluster sets KillOnBadExit=1)."))
         if ln.rdzv_endpoint and re.search(r":\d+$", ln.rdzv_endpoint):
             out.append(_f("error", "fixed-port",
                           f"{where}: --rdzv-endpoint={ln.rdzv_endpoint} uses a fixed port; two jobs on one "

@@ -15,15 +15,17 @@ SEEDS = FIXTURES / "seed_scripts"
 
 # What each seed script gets wrong, by the seed's own text (see the fixture headers).
 EXPECTED = {
-    "seed000_pytorch_distributed.sbatch": {"hard-coded-master-addr", "fixed-master-port", "batch-shell-rank"},
-    "seed002_run_distributed.slurm": {"fixed-port", "log-dir"},
+    "seed000_pytorch_distributed.sbatch": {"hard-coded-master-addr", "fixed-master-port", "batch-shell-rank",
+                                           "no-kill-on-bad-exit"},
+    "seed002_run_distributed.slurm": {"fixed-port", "log-dir", "no-kill-on-bad-exit"},
     "seed003_ex1_single_gpu.sbatch": {"launcher-without-srun", "deprecated-launch"},
     "seed003_ex2_multi_gpu.sbatch": {"ntasks-mismatch", "launcher-without-srun", "deprecated-launch"},
     "seed003_ex3_process_split.sbatch": {"launcher-without-srun", "deprecated-launch"},
     "seed004_run_nccl.slurm": {"hard-coded-master-addr", "fixed-master-port", "per-rank-nic",
-                               "nccl-ib-disabled"},
-    "lab_signal_batch_only.sbatch": {"signal-unreachable", "export-none-bare-python", "signal-without-requeue"},
-    "lab_torchrun_signal.sbatch": {"signal-kills-torchrun"},
+                               "nccl-ib-disabled", "no-kill-on-bad-exit"},
+    "lab_signal_batch_only.sbatch": {"signal-unreachable", "export-none-bare-python", "signal-without-requeue",
+                                     "no-kill-on-bad-exit"},
+    "lab_torchrun_signal.sbatch": {"signal-kills-torchrun", "no-kill-on-bad-exit"},
 }
 
 
@@ -57,14 +59,29 @@ def test_messages_name_the_line_and_value() -> None:
 
 
 def test_tasks_vs_gpus_under_srun() -> None:
-    text = "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\nsrun python train.py\n"
+    text = "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\nsrun -K python train.py\n"
     assert [f.code for f in lint(text)] == ["tasks-vs-gpus"]
 
 
 def test_nproc_vs_gpus_and_launcher_per_task() -> None:
     text = ("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=4 --gres=gpu:a100:4\n"
-            "srun torchrun --nproc_per_node=2 train.py\n")
+            "srun --kill-on-bad-exit=1 torchrun --nproc_per_node=2 train.py\n")
     assert {f.code for f in lint(text)} == {"launcher-per-task", "nproc-vs-gpus"}
+
+
+@pytest.mark.parametrize(("srun", "tasks", "flagged"), [
+    ("srun", "--ntasks=4", True), ("srun --kill-on-bad-exit=0", "--ntasks=4", True), ("srun -K0", "-N 2", True),
+    ("srun --kill-on-bad-exit=1", "--ntasks=4", False), ("srun --kill-on-bad-exit", "--ntasks=4", False),
+    ("srun -K", "-N 2", False), ("srun -K1 --label", "--ntasks=4", False),
+    ("srun", "--ntasks=1", False),  # one rank: nobody waits for it
+])
+def test_srun_without_kill_on_bad_exit_leaves_the_survivors_waiting(srun: str, tasks: str, flagged: bool) -> None:
+    text = f"#!/bin/bash\n#SBATCH {tasks}\n{srun} python train.py\n"
+    found = [f for f in lint(text) if f.code == "no-kill-on-bad-exit"]
+    assert bool(found) is flagged
+    if found:
+        assert found[0].message.startswith("line 3: srun without --kill-on-bad-exit") and "30 min" in found[0].message
+        assert "srun --kill-on-bad-exit=1" in found[0].hint
 
 
 def test_python_without_srun() -> None:
