@@ -48,6 +48,8 @@ class DistContext:
     """The process group backend: 'nccl' or 'gloo'."""
     interface_env: Mapping[str, str]
     """NIC variables torchslurm set for this process (empty when the user set them)."""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """The process group timeout: how long a collective waits for a peer that went away."""
 
     @property
     def rank(self) -> int:
@@ -109,7 +111,8 @@ def init(backend: str | None = None, timeout_s: float | None = None,
                  dict(interface_env))
     _init_process_group(env, chosen_backend, device, timeout, environ)
     _check_all_joined(env, device)
-    return DistContext(env=env, device=device, backend=chosen_backend, interface_env=interface_env)
+    return DistContext(env=env, device=device, backend=chosen_backend, interface_env=interface_env,
+                       timeout_s=timeout.total_seconds())
 
 
 def shutdown(wait_for_peers: bool = True) -> None:

@@ -160,7 +160,7 @@ class Trainer:
         stack.enter_context(preemption)
         if self._ctx is not None and self._ctx.world_size > 1:
             requeue = preemption.requeue_after_failure if requeues_after_failure(self._ctx.env) else None
-            dog = stack.enter_context(Watchdog(self._ctx, on_failure=requeue))
+            dog = stack.enter_context(Watchdog(self._ctx, bound_s=self._ctx.timeout_s, on_failure=requeue))
             stack.enter_context(dog.guard())
 
     def _fit(self) -> FitResult:
