@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 SCRIPT = Path(__file__).parent.parent / "multiproc" / "scripts" / "preempt_train.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "mnist.py"
 TRAINING = ("epochs=2", "samples=2000", "batch_size=16")  # 4 ranks: 25 optimizer steps per epoch
 NETWORK = ("net1.weight", "net1.bias", "net2.weight", "net2.bias")
 TIMEOUT_S = 20  # process group timeout of these jobs: the bound on how long a rank may hang
@@ -178,6 +179,26 @@ def test_scancel_signal_mid_epoch_checkpoints_requeues_and_resumes_bitwise(
     # 0 completed steps lost: the resume starts at the very step the stop saved
     assert re.search(rf"Resuming from \S+step-{step:09d}: epoch \d, batch \d+, step {step}\b", output), output[-4000:]
     assert_same_weights(reference, run_dir)
+
+
+def test_an_example_without_preemption_code_is_stopped_requeued_and_resumed(cluster: Cluster) -> None:
+    """examples/mnist.py (on the bundled digits) has no preemption code: the Trainer's own catches
+    Slurm's USR2 from a preemptible job, checkpoints, requeues, and the requeued job resumes."""
+    run_dir = cluster.job_dir / "run"
+    spec = JobSpec(script=str(EXAMPLE), args=("--epochs", "6", "dataset=digits", "log_every=1", f"run_dir={run_dir}"),
+                   name="example", nodes=2, tasks_per_node=2, time="5", preemptible=True, grace_s=60,
+                   python=cluster.python, env={"TORCH_CPP_LOG_LEVEL": "ERROR"})
+    job = cluster.sbatch(render(spec))
+    metrics = run_dir / "metrics.jsonl"
+    wait_for(lambda: metrics.exists() and '"kind": "step"' in metrics.read_text(), 90, "no step was logged")
+    assert cluster.run(["scancel", "--signal=USR2", job]).returncode == 0
+    state, restarts = drive(cluster, job)
+    output = cluster.output(job)
+    assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
+    assert "stopping at this step boundary: SIGUSR2" in output, output[-4000:]
+    assert re.search(rf"stopped on SIGUSR2; requeued job {job} \(restart 1 of at most 3\)", output), output[-4000:]
+    assert re.search(r"Resuming from \S+step-\d+: epoch \d+, batch \d+, step \d+", output), output[-4000:]
+    assert "final validation accuracy" in output, output[-4000:]
 
 
 def test_short_time_limit_finishes_over_several_requeues(cluster: Cluster, reference: Reference) -> None:
