@@ -132,9 +132,11 @@ def test_config_from_environ_and_validation() -> None:
     assert preemption_config({}) == PreemptionConfig()
     assert preemption_config({}, check_every=4).check_every == 4
     assert preemption_config({"TORCHSLURM_CHECK_EVERY": "10"}).check_every == 10
-    with pytest.raises(ConfigError, match=r"check_every=0, expected at least 1"):
+    with pytest.raises(ConfigError, match=r"check_every=0, expected at least 1\. HINT: check_every=1"):
         preemption_config({"TORCHSLURM_CHECK_EVERY": "0"})
     assert preemption_config({"TORCHSLURM_CHECK_PERIOD_S": "0"}).check_period_s == 0
+    with pytest.raises(ConfigError, match=r"TORCHSLURM_CHECK_EVERY='often' is not a number\. HINT"):
+        preemption_config({"TORCHSLURM_CHECK_EVERY": "often"})
     with pytest.raises(ConfigError, match=r"check_period_s=-1, expected 0 to 60 seconds\. HINT: 0\.2"):
         preemption_config({"TORCHSLURM_CHECK_PERIOD_S": "-1"})
 
