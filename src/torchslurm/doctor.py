@@ -23,7 +23,7 @@ from torchslurm.errors import ConfigError, EnvError, TorchSlurmError
 from torchslurm.launch import gpus_on_node
 from torchslurm.netif import IfAddr
 
-__all__ = ["Check", "Facts", "Report", "TorchFacts", "report", "run_checks"]
+__all__ = ["Check", "Facts", "Report", "TorchFacts", "missing_ranks", "report", "run_checks"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,19 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "rank": self.rank, "world_size": self.world_size, "launcher": self.launcher,
                 "ok": not self.failed, "checks": [asdict(check) for check in self.checks]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        """The inverse of `to_json` (a rank's line read back by `doctor --ranks`); KeyError/TypeError if not one."""
+        checks = tuple(Check(c["name"], c["status"], c["detail"], c.get("hint", ""), c.get("value", ""))
+                       for c in data["checks"])
+        return cls(str(data["host"]), data["rank"], data["world_size"], data["launcher"], checks)
+
+
+def missing_ranks(reports: Sequence[Report]) -> list[int]:
+    """Ranks that should have reported (0 … world_size-1 of the largest world seen) but did not."""
+    expected = max((r.world_size or 1 for r in reports), default=0)
+    return sorted(set(range(expected)) - {r.rank for r in reports})
 
 
 # ---- the checks (pure) ---------------------------------------------------------------------------

@@ -88,6 +88,15 @@ def test_doctor_ranks_report_a_missing_interface_and_exit_non_zero() -> None:
     assert "the doctor found a failure" in result.stderr
 
 
+def test_doctor_ranks_text_reports_come_in_rank_order_each_line_prefixed() -> None:
+    result = torchslurm("doctor", "--ranks", "--nproc", "3", GLOO_SOCKET_IFNAME="nosuchnic0")
+    assert result.returncode == 1, result.stdout + result.stderr
+    headers = [line for line in result.stdout.splitlines() if "torchslurm doctor on" in line]
+    assert [h.split(":", 1)[0].split("/")[1] for h in headers] == ["0", "1", "2"], result.stdout
+    fails = [line for line in result.stdout.splitlines() if "FAIL  gloo_socket_ifname" in line]
+    assert len(fails) == 3 and all("GLOO_SOCKET_IFNAME=nosuchnic0" in line for line in fails), result.stdout
+
+
 def test_doctor_connect_to_a_master_nobody_runs_fails_with_the_runtimes_message() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

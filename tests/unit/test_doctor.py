@@ -335,6 +335,25 @@ def test_report_with_a_failure_is_failed_and_shows_the_hint() -> None:
     assert text.splitlines()[-1].endswith("1 failure(s)")
 
 
+def test_a_report_read_back_from_its_json_line_is_the_same_report() -> None:
+    f = facts({**SRUN, "GLOO_SOCKET_IFNAME": "eth0"})
+    result = doctor.report(f, doctor.run_checks(f))
+    again = doctor.Report.from_json(json.loads(json.dumps(result.to_json())))
+    assert again == result and again.failed
+    for not_a_report in ({"host": "n1"}, {"checks": 3}, [1, 2]):
+        with pytest.raises((KeyError, TypeError)):
+            doctor.Report.from_json(not_a_report)  # type: ignore[arg-type]
+
+
+def test_missing_ranks_are_those_of_the_largest_world_that_did_not_report() -> None:
+    def rank(r: int, world: int) -> doctor.Report:
+        return doctor.Report("n1", r, world, "srun", ())
+
+    assert doctor.missing_ranks([rank(0, 4), rank(2, 4)]) == [1, 3]
+    assert doctor.missing_ranks([rank(1, 2), rank(0, 2)]) == []
+    assert doctor.missing_ranks([]) == []
+
+
 def test_gather_records_this_machine() -> None:
     f = probe.gather({"PATH": "/usr/bin:/bin", "MASTER_ADDR": "127.0.0.1"}, which=lambda name: None)
     assert any(entry.loopback for entry in f.interfaces)

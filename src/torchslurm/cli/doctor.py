@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -52,23 +53,54 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm import distenv, launch
-    from torchslurm.cli.run import _cuda_device_count
-    from torchslurm.errors import DistributedError
+    from torchslurm import distenv
 
     launcher = distenv.detect(os.environ, free_port=lambda: 0).launcher if args.ranks or args.nproc else None
     if launcher not in ("local", "batch"):  # already a rank (or --ranks not asked for): check here
         return check_here(args)
-    rank_args = [*(["--json"] if args.json else []), *(["--connect"] if args.connect else []),
-                 "--timeout", str(args.timeout), *(["--backend", args.backend] if args.backend else [])]
-    plan = launch.plan(os.environ, __file__, rank_args, args.nproc, sys.executable, _cuda_device_count())
-    logger.info("%s", plan.reason)
-    try:
-        return launch.execute(plan, os.environ)
-    except DistributedError as exc:
-        logger.debug("%s", exc)
+    return check_ranks(args)
+
+
+def check_ranks(args: argparse.Namespace) -> int:
+    """Run the checks in every rank through `torchslurm run`, then print the reports in rank order.
+
+    The ranks exit 0 once they have reported, and the verdict is made here: under torchrun or
+    `srun --kill-on-bad-exit` a rank that exits 1 gets the others killed before they print.
+    """
+    from torchslurm.doctor import missing_ranks
+
+    rank_args = ["--json", *(["--connect"] if args.connect else []), "--timeout", str(args.timeout),
+                 *(["--backend", args.backend] if args.backend else [])]
+    nproc = ["--nproc", str(args.nproc)] if args.nproc is not None else []
+    reports, exit_code = _collect([sys.executable, "-m", "torchslurm", "run", *nproc, __file__, *rank_args])
+    if not reports:
+        print(f"error: no rank reported (torchslurm run exited with code {exit_code}). HINT: the lines "
+              "above say why; `torchslurm doctor` without --ranks checks this process alone.", file=sys.stderr)
+        return exit_code or 1
+    for result in reports:
+        sys.stdout.write(json.dumps(result.to_json()) + "\n" if args.json else render(result))
+    missing = missing_ranks(reports)
+    if missing:
+        print(f"error: rank(s) {', '.join(map(str, missing))} of {reports[0].world_size} did not report "
+              f"(torchslurm run exited with code {exit_code}). HINT: the lines above say why.", file=sys.stderr)
+    if any(result.failed for result in reports):
         print("error: the doctor found a failure in at least one rank (see its report above).", file=sys.stderr)
-        return 1
+    return 1 if missing or exit_code or any(result.failed for result in reports) else 0
+
+
+def _collect(command: Sequence[str]) -> tuple[list[Report], int]:
+    """Run the ranks; keep their JSON reports (sorted by rank), pass every other line through."""
+    from torchslurm.doctor import Report
+
+    reports = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) as ranks:
+        assert ranks.stdout is not None
+        for line in ranks.stdout:
+            try:
+                reports.append(Report.from_json(json.loads(line)))
+            except (ValueError, KeyError, TypeError):
+                sys.stdout.write(line)
+    return sorted(reports, key=lambda r: r.rank or 0), ranks.returncode
 
 
 def check_here(args: argparse.Namespace) -> int:
@@ -106,7 +138,8 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     """The program of each rank started by `torchslurm doctor --ranks`."""
     parser = argparse.ArgumentParser(prog="torchslurm doctor (rank)")
     _add_check_arguments(parser)
-    return check_here(parser.parse_args(argv))
+    check_here(parser.parse_args(argv))
+    return 0  # the verdict is check_ranks' (see there)
 
 
 if __name__ == "__main__":  # a rank started by `torchslurm doctor --ranks` through the run machinery
