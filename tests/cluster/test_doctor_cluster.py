@@ -101,6 +101,26 @@ export TORCH_CPP_LOG_LEVEL=ERROR
         assert not [line for line in found.values() if " FAIL " in line], found
 
 
+def test_doctor_ranks_where_one_node_fails_still_reports_every_node_and_exits_1(cluster: Cluster) -> None:
+    """srun --kill-on-bad-exit must not kill node1's rank before it reports: the ranks exit 0 and
+    the batch shell's doctor decides; long JSON reports must not interleave."""
+    script = f"""#!/bin/bash
+#SBATCH --nodes=2 --ntasks-per-node=2
+export TORCH_CPP_LOG_LEVEL=ERROR GLOO_SOCKET_IFNAME=eth0
+{cluster.python} -m torchslurm doctor --ranks --json
+echo "doctor exit code: $?"
+"""
+    job = cluster.sbatch(script)
+    state = cluster.wait(job, timeout_s=180)
+    out = cluster.output(job)
+    assert state == "COMPLETED", out[-4000:]
+    found = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(r["rank"], r["host"], r["ok"]) for r in found] == [
+        (0, "node1", True), (1, "node1", True), (2, "node2", False), (3, "node2", False)], out[-4000:]
+    assert "GLOO_SOCKET_IFNAME=eth0" in checks(found[2])["gloo_socket_ifname"]["detail"]
+    assert "doctor exit code: 1" in out and "the doctor found a failure in at least one rank" in out
+
+
 def test_bench_across_two_nodes(cluster: Cluster) -> None:
     result = cluster.run([*TWO_NODES, cluster.python, "-m", "torchslurm", "bench", "--sizes", "1K,256K",
                           "--iters", "3", "--warmup", "1"], timeout_s=120, cwd=cluster.job_dir,

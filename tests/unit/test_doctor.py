@@ -345,6 +345,21 @@ def test_a_report_read_back_from_its_json_line_is_the_same_report() -> None:
             doctor.Report.from_json(not_a_report)  # type: ignore[arg-type]
 
 
+def test_rank_reports_survive_interleaving_as_parts_shorter_than_srun_chunks() -> None:
+    from torchslurm.cli.doctor import report_parts, reports_from_parts
+
+    results = []
+    for env in ({**SRUN, "SLURM_PROCID": "0"}, {**SRUN, "GLOO_SOCKET_IFNAME": "eth0"}):
+        f = facts(env)
+        results.append(doctor.report(f, doctor.run_checks(f)))
+    first, second = (report_parts(r) for r in results)
+    assert len(first) > 1 and all(len(line.encode()) < 1024 and line.endswith("\n") for line in first + second)
+    interleaved = [line for pair in zip(reversed(first), second, strict=False) for line in pair]
+    interleaved += first[: len(first) - len(second)] if len(first) > len(second) else second[len(first):]
+    assert reports_from_parts(interleaved) == sorted(results, key=lambda r: r.rank or 0)
+    assert reports_from_parts(first[1:] + second) == [results[1]]  # an incomplete report is dropped
+
+
 def test_missing_ranks_are_those_of_the_largest_world_that_did_not_report() -> None:
     def rank(r: int, world: int) -> doctor.Report:
         return doctor.Report("n1", r, world, "srun", ())

@@ -69,7 +69,7 @@ def check_ranks(args: argparse.Namespace) -> int:
     """
     from torchslurm.doctor import missing_ranks
 
-    rank_args = ["--json", *(["--connect"] if args.connect else []), "--timeout", str(args.timeout),
+    rank_args = [*(["--connect"] if args.connect else []), "--timeout", str(args.timeout),
                  *(["--backend", args.backend] if args.backend else [])]
     nproc = ["--nproc", str(args.nproc)] if args.nproc is not None else []
     reports, exit_code = _collect([sys.executable, "-m", "torchslurm", "run", *nproc, __file__, *rank_args])
@@ -88,34 +88,64 @@ def check_ranks(args: argparse.Namespace) -> int:
     return 1 if missing or exit_code or any(result.failed for result in reports) else 0
 
 
-def _collect(command: Sequence[str]) -> tuple[list[Report], int]:
-    """Run the ranks; keep their JSON reports (sorted by rank), pass every other line through."""
+# A rank's report travels to check_ranks as numbered parts, each line shorter than 1 KiB: srun
+# forwards longer lines in 1 KiB chunks that interleave with other tasks' output.
+_PART_TAG = "@torchslurm-doctor-part"
+_PART_CHARS = 800
+
+
+def report_parts(result: Report) -> list[str]:
+    """The lines `rank_main` prints: `tag rank index count piece` (the JSON report is ASCII)."""
+    text = json.dumps(result.to_json())
+    pieces = [text[i:i + _PART_CHARS] for i in range(0, len(text), _PART_CHARS)]
+    return [f"{_PART_TAG} {result.rank} {i} {len(pieces)} {piece}\n" for i, piece in enumerate(pieces)]
+
+
+def reports_from_parts(lines: Sequence[str]) -> list[Report]:
+    """The inverse of `report_parts` over every rank's lines (in any order); incomplete reports are dropped."""
     from torchslurm.doctor import Report
 
-    reports = []
+    parts: dict[str, dict[int, str]] = {}
+    counts: dict[str, int] = {}
+    for line in lines:
+        _, rank, index, count, piece = line.rstrip("\n").split(" ", 4)
+        parts.setdefault(rank, {})[int(index)] = piece
+        counts[rank] = int(count)
+    reports = [Report.from_json(json.loads("".join(p[i] for i in range(counts[rank]))))
+               for rank, p in parts.items() if len(p) == counts[rank]]
+    return sorted(reports, key=lambda r: r.rank or 0)
+
+
+def _collect(command: Sequence[str]) -> tuple[list[Report], int]:
+    """Run the ranks; keep their reports (sorted by rank), pass every other line through."""
+    part_lines = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) as ranks:
         assert ranks.stdout is not None
         for line in ranks.stdout:
-            try:
-                reports.append(Report.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError):
+            if line.startswith(_PART_TAG + " "):
+                part_lines.append(line)
+            else:
                 sys.stdout.write(line)
-    return sorted(reports, key=lambda r: r.rank or 0), ranks.returncode
+    return reports_from_parts(part_lines), ranks.returncode
 
 
 def check_here(args: argparse.Namespace) -> int:
     """Gather this process's facts, run every check, print the report."""
+    result = examine(args)
+    text = json.dumps(result.to_json()) + "\n" if args.json else render(result)
+    sys.stdout.write(text)  # one write: the ranks of one step share a pipe
+    sys.stdout.flush()
+    return 1 if result.failed else 0
+
+
+def examine(args: argparse.Namespace) -> Report:
     from torchslurm import doctor, probe
 
     facts = probe.gather(os.environ)
     checks = doctor.run_checks(facts, args.backend)
     if args.connect:
         checks.append(probe.check_connect(os.environ, args.backend, args.timeout))
-    result = doctor.report(facts, checks)
-    text = json.dumps(result.to_json()) + "\n" if args.json else render(result)
-    sys.stdout.write(text)  # one write: the ranks of one step share a pipe
-    sys.stdout.flush()
-    return 1 if result.failed else 0
+    return doctor.report(facts, checks)
 
 
 def render(result: Report) -> str:
@@ -138,7 +168,8 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     """The program of each rank started by `torchslurm doctor --ranks`."""
     parser = argparse.ArgumentParser(prog="torchslurm doctor (rank)")
     _add_check_arguments(parser)
-    check_here(parser.parse_args(argv))
+    for line in report_parts(examine(parser.parse_args(argv))):
+        os.write(sys.stdout.fileno(), line.encode())  # one write per part: atomic on a shared pipe
     return 0  # the verdict is check_ranks' (see there)
 
 
