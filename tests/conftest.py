@@ -8,6 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: on a loaded 2-core CI machine one slow example (a GC pass, a descheduled
+# process) is not a bug, and hypothesis would report it as a flaky failure.
+settings.register_profile("torchslurm", deadline=None)
+settings.load_profile("torchslurm")
 
 WITHOUT_TORCH = Path(__file__).parent / "fixtures" / "without_torch.py"
 

@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 1.0
 STORE_TIMEOUT_S = 5.0
 HEARTBEAT_TIMEOUT_S = 1.0
-"""The heartbeat's store calls give up quickly, and the heartbeat stops after its first failure: a
-dead or unreachable store stays so, and each reconnect attempt logs a C++ stack trace."""
+"""The heartbeat's store calls give up quickly. After a failure it reconnects only while rank 0's
+store still accepts connections: a dead or cut-off store stays so."""
 EXIT_DEADLINE_S = 15.0
 """After a failed collective the process is gone within this many seconds, whatever blocks: the
 bound on a hang is the process group timeout + EXIT_DEADLINE_S."""
@@ -182,9 +182,18 @@ class Watchdog:
         while not self._stop.wait(self.interval_s):
             try:
                 store.add(key, 1)
-            except Exception:  # store gone (rank 0 died) or unreachable: the diagnosis says so
-                logger.debug("heartbeat of rank %d failed; it stops", self.ctx.rank, exc_info=True)
-                return  # no reconnect attempts (see HEARTBEAT_TIMEOUT_S)
+            except Exception:
+                # A store that still accepts connections was only slow (a loaded host): a new client,
+                # since a timed-out request leaves the old one out of step. Gone or cut off: the
+                # diagnosis says so, and reconnect attempts would each log a C++ stack trace.
+                if self._stop.is_set() or self.store_reachability() != "ok":
+                    logger.debug("heartbeat of rank %d failed; it stops", self.ctx.rank, exc_info=True)
+                    return
+                logger.debug("heartbeat of rank %d timed out; reconnecting", self.ctx.rank, exc_info=True)
+                try:
+                    store = self._store(HEARTBEAT_TIMEOUT_S)
+                except Exception:
+                    return
 
     def counters(self) -> dict[int, int] | None:
         """Every rank's heartbeat count, or None when the store cannot be reached."""

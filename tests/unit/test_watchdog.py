@@ -1,8 +1,12 @@
-"""Pure parts of the watchdog: reading Gloo errors, finding silent ranks, the message."""
+"""The watchdog: reading Gloo errors, finding silent ranks, the message; the heartbeat against a real store."""
 
 from __future__ import annotations
 
-from torchslurm.watchdog import Peer, describe_ranks, diagnosis, first_sentence, peer_address, silent_ranks
+import socket
+import threading
+import time
+
+from torchslurm.watchdog import Peer, Watchdog, describe_ranks, diagnosis, first_sentence, peer_address, silent_ranks
 
 PEERS = [Peer(0, "node1", "198.18.0.11"), Peer(1, "node1", "198.18.0.11"),
          Peer(2, "node2", "198.18.0.12"), Peer(3, "node2", "198.18.0.12")]
@@ -48,3 +52,55 @@ def test_message_when_the_store_is_unreachable_or_gone() -> None:
 def test_message_when_every_rank_still_beats() -> None:
     text = diagnosis(PEERS[0], CLOSED, PEERS, [], 300.0)
     assert text.startswith("a collective failed with ranks 2, 3 on node2 (198.18.0.12) while every rank")
+
+
+class _OnceSlowStore:
+    """A store client whose first add times out, as on a loaded store host."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def add(self, key: str, amount: int) -> int:
+        self.calls += 1
+        raise RuntimeError("Socket Timeout")
+
+
+def _heartbeat_against(store_port: int) -> tuple[Watchdog, threading.Thread, _OnceSlowStore]:
+    import torch
+
+    from torchslurm.distenv import detect
+    from torchslurm.distributed import DistContext
+
+    env = detect({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": str(store_port)})
+    dog = Watchdog(DistContext(env, torch.device("cpu"), "gloo", {}), interval_s=0.05)
+    slow = _OnceSlowStore()
+    beat = threading.Thread(target=dog._beat, args=(slow,), daemon=True)
+    beat.start()
+    return dog, beat, slow
+
+
+def test_a_heartbeat_that_timed_out_reconnects_while_the_store_still_answers() -> None:
+    from torch.distributed import PrefixStore, TCPStore
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    dog, beat, slow = _heartbeat_against(server.port)
+    try:
+        beats = PrefixStore(dog.ctx.env.store_prefix, server)  # what the diagnosis reads
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and int(beats.add("torchslurm/heartbeat/1", 0)) < 3:
+            time.sleep(0.05)
+        assert slow.calls == 1 and int(beats.add("torchslurm/heartbeat/1", 0)) >= 3 and beat.is_alive()
+    finally:
+        dog.stop()
+        beat.join(timeout=30)
+    assert not beat.is_alive()
+
+
+def test_a_heartbeat_whose_store_is_gone_stops() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        _, beat, slow = _heartbeat_against(port)
+        beat.join(timeout=30)
+    assert slow.calls == 1 and not beat.is_alive()
