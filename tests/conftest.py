@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,3 +28,21 @@ def without_torch() -> Callable[..., subprocess.CompletedProcess[str]]:
                               timeout=60, cwd=cwd, env={"PATH": path})
 
     return run
+
+
+@pytest.fixture
+def free_port() -> Callable[[], int]:
+    """Pick a port nothing listens on, below the ephemeral range (32768+): a client that retries a
+    connect to it can never get it as its own source port and connect to itself."""
+
+    def pick() -> int:
+        for port in random.sample(range(20000, 32000), 200):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+        raise RuntimeError("no free port in 20000-31999")
+
+    return pick

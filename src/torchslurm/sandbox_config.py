@@ -222,7 +222,7 @@ ReturnToService=2
 SlurmdTimeout=30
 SlurmctldTimeout=30
 InactiveLimit=0
-KillWait=5
+KillWait=30
 MinJobAge=600
 MessageTimeout=10
 {node_line}

@@ -56,7 +56,7 @@ def probe_flags(cluster: Cluster, sleep_s: float, *extra: str) -> list[str]:
 
 def test_submit_status_logs_2x2(cluster: Cluster) -> None:
     result = cli(cluster, "submit", "--name", "probe", "--nodes", "2", "--tasks-per-node", "2",
-                 *probe_flags(cluster, 4), "--run-dir", str(cluster.job_dir), str(PROBE), "--epochs", "1")
+                 *probe_flags(cluster, 10), "--run-dir", str(cluster.job_dir), str(PROBE), "--epochs", "1")
     assert result.returncode == 0, result.stderr
     job_id = re.search(r"submitted job (\d+)", result.stdout).group(1)  # type: ignore[union-attr]
     cluster.job_ids.append(job_id)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,7 @@ WORLD = 3
 TIMEOUT_S = 20  # the process group timeout: the bound on how long a survivor may wait
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_ranks(run_dir: Path) -> list[subprocess.Popen[str]]:
-    port = free_port()
+def start_ranks(run_dir: Path, port: int) -> list[subprocess.Popen[str]]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "TORCHSLURM_"))}
     procs = []
     for rank in range(WORLD):
@@ -40,8 +34,8 @@ def start_ranks(run_dir: Path) -> list[subprocess.Popen[str]]:
     return procs
 
 
-def kill_rank_mid_training(run_dir: Path, victim: int) -> dict[int, tuple[int, str]]:
-    procs = start_ranks(run_dir)
+def kill_rank_mid_training(run_dir: Path, victim: int, port: int) -> dict[int, tuple[int, str]]:
+    procs = start_ranks(run_dir, port)
     try:
         pid_file = run_dir / "pids" / f"rank{victim}.pid"
         while not (pid_file.exists() and (run_dir / "pids" / f"rank{WORLD - 1}.pid").exists()):
@@ -58,8 +52,9 @@ def kill_rank_mid_training(run_dir: Path, victim: int) -> dict[int, tuple[int, s
             p.kill()
 
 
-def test_kill_9_of_one_rank_ends_all_with_one_root_cause_message(tmp_path: Path) -> None:
-    results = kill_rank_mid_training(tmp_path, victim=2)
+def test_kill_9_of_one_rank_ends_all_with_one_root_cause_message(tmp_path: Path,
+                                                               free_port: Callable[[], int]) -> None:
+    results = kill_rank_mid_training(tmp_path, victim=2, port=free_port())
     host = socket.gethostname()
     assert results[2][0] == -signal.SIGKILL
     assert {rank: code for rank, (code, _) in results.items() if rank != 2} == {0: 1, 1: 1}
@@ -69,8 +64,8 @@ def test_kill_9_of_one_rank_ends_all_with_one_root_cause_message(tmp_path: Path)
     assert "Traceback" not in results[0][1] + results[1][1]
 
 
-def test_kill_9_of_rank_0_is_named_from_its_refusing_store(tmp_path: Path) -> None:
-    results = kill_rank_mid_training(tmp_path, victim=0)
+def test_kill_9_of_rank_0_is_named_from_its_refusing_store(tmp_path: Path, free_port: Callable[[], int]) -> None:
+    results = kill_rank_mid_training(tmp_path, victim=0, port=free_port())
     host = socket.gethostname()
     assert {rank: code for rank, (code, _) in results.items() if rank != 0} == {1: 1, 2: 1}
     assert f"error: rank 0 on {host} (127.0.0.1) died: its host answers but its store refuses" in results[1][1]

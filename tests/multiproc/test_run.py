@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,6 @@ def clean_environ(**extra: str) -> dict[str, str]:
 
 def json_lines(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize("script", ["probe.py", "torchrun_style.py"])
@@ -64,7 +59,7 @@ def test_failing_rank_is_reported_first_with_its_exit_code() -> None:
     assert error.startswith("error: rank 1 failed first") and "exit code 7" in error and "HINT:" in error
 
 
-def test_srun_style_tasks_exec_with_torchrun_variables() -> None:
+def test_srun_style_tasks_exec_with_torchrun_variables(free_port: Callable[[], int]) -> None:
     """Two processes with the variables srun gives its tasks: `torchslurm run` makes them ranks."""
     base = {"SLURM_JOB_ID": "91", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2",
             "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NODEID": "0",
@@ -79,7 +74,7 @@ def test_srun_style_tasks_exec_with_torchrun_variables() -> None:
     assert sorted((line["rank"], line["sum"]) for line in lines) == [(0, 1.0), (1, 1.0)]
 
 
-def test_unreachable_master_fails_within_the_timeout_with_a_clear_message() -> None:
+def test_unreachable_master_fails_within_the_timeout_with_a_clear_message(free_port: Callable[[], int]) -> None:
     port = free_port()  # nothing listens there: rank 0 never started
     environ = clean_environ(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

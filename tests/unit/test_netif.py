@@ -242,7 +242,7 @@ from torchslurm.netif import socket_ifname_env
 rank = {rank}
 os.environ.update(socket_ifname_env(os.environ, "nodea1"))
 dist.init_process_group("gloo", init_method="tcp://nodea1:29517", rank=rank, world_size=2,
-                        timeout=__import__("datetime").timedelta(seconds=8))
+                        timeout=__import__("datetime").timedelta(seconds=60))
 t = torch.tensor([rank + 1.0]); dist.all_reduce(t)
 print(os.environ["GLOO_SOCKET_IFNAME"], t.item(), flush=True)
 dist.destroy_process_group()
