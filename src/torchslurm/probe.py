@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 
-from torchslurm import doctor, netif
-from torchslurm.doctor import Check, Facts, TorchFacts
+from torchslurm import doctor, facts, netif
 from torchslurm.errors import EnvError, TorchSlurmError
+from torchslurm.facts import Check, Facts, TorchFacts
 
 __all__ = ["check_connect", "gather"]
 
@@ -29,14 +29,14 @@ def gather(environ: Mapping[str, str], which: Callable[[str], str | None] | None
     torch_facts, torch_error = _torch_facts()
     master_ips: tuple[str, ...] = ()
     resolve_error, source = "", None
-    env = doctor.placement(environ)
+    env = facts.placement(environ)
     if env is not None:
         try:
-            master_ips = tuple(netif.resolve(doctor.master_name(env, environ)))
+            master_ips = tuple(netif.resolve(facts.master_name(env, environ)))
         except EnvError as exc:
             resolve_error = str(exc)
         source = next((s for s in map(netif.source_address, master_ips) if s is not None), None)
-    first = doctor.first_node(env, environ) if env is not None else None
+    first = facts.first_node(env, environ) if env is not None else None
     try:
         first_ips = tuple(netif.resolve(first)) if first else ()
     except EnvError:
@@ -64,7 +64,7 @@ def check_connect(environ: MutableMapping[str, str], backend: str | None = None,
     try:
         ctx = distributed.init(backend=backend, timeout_s=timeout_s, environ=environ)
     except TorchSlurmError as exc:
-        check = doctor.from_error("connect", exc)
+        check = facts.from_error("connect", exc)
         return Check(check.name, check.status, check.detail, f"{check.hint} {doctor.DEBUG_HINT}.".strip())
     try:
         joined_s = time.perf_counter() - start

@@ -14,7 +14,7 @@ TORCH_FREE_MODULES = ["torchslurm", "torchslurm.errors", "torchslurm.hostlist", 
                       "torchslurm.launch", "torchslurm.cli",
                       "torchslurm.jobspec", "torchslurm.sbatch", "torchslurm.lint", "torchslurm.slurm",
                       "torchslurm.job", "torchslurm.configfile", "torchslurm.config", "torchslurm.findings",
-                      "torchslurm.doctor", "torchslurm.probe"]
+                      "torchslurm.doctor", "torchslurm.facts", "torchslurm.netcheck", "torchslurm.probe"]
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"]]
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from torchslurm.doctor import Report
+    from torchslurm.facts import Report
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def report_parts(result: Report) -> list[str]:
 
 def reports_from_parts(lines: Sequence[str]) -> list[Report]:
     """The inverse of `report_parts` over every rank's lines (in any order); incomplete reports are dropped."""
-    from torchslurm.doctor import Report
+    from torchslurm.facts import Report
 
     parts: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
