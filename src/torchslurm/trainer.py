@@ -32,7 +32,8 @@ from torchslurm.config import TrainConfig
 from torchslurm.data import ShardSampler, SkipSampler
 from torchslurm.errors import CheckpointError, ConfigError
 from torchslurm.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
-from torchslurm.preemption import Preemption, preemption_config, requeues_after_failure, run_command
+from torchslurm.preemption import Preemption, preemption_config
+from torchslurm.requeue import requeues_after_failure, run_command
 from torchslurm.watchdog import Watchdog
 
 if TYPE_CHECKING:

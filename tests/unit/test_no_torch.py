@@ -14,7 +14,8 @@ TORCH_FREE_MODULES = ["torchslurm", "torchslurm.errors", "torchslurm.hostlist", 
                       "torchslurm.launch", "torchslurm.cli",
                       "torchslurm.jobspec", "torchslurm.sbatch", "torchslurm.lint", "torchslurm.slurm",
                       "torchslurm.job", "torchslurm.configfile", "torchslurm.config", "torchslurm.findings",
-                      "torchslurm.doctor", "torchslurm.facts", "torchslurm.netcheck", "torchslurm.probe"]
+                      "torchslurm.requeue", "torchslurm.doctor", "torchslurm.facts", "torchslurm.netcheck",
+                      "torchslurm.probe"]
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"]]
 
 

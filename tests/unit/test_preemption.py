@@ -19,13 +19,15 @@ from torchslurm.preemption import (
     PREEMPTED_EXIT_CODE,
     Preemption,
     PreemptionConfig,
-    RequeuePlan,
     StopRequest,
     check_interval,
+    preemption_config,
+)
+from torchslurm.requeue import (
+    RequeuePlan,
     job_end_time,
     parse_end_time,
     plan_requeue,
-    preemption_config,
     requeue,
     requeue_target,
     requeues_after_failure,

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 import torchslurm
-from torchslurm import data, preemption, watchdog
+from torchslurm import data, preemption, requeue, watchdog
 from torchslurm.errors import TorchSlurmError
 from torchslurm.trainer import TrainConfig, Trainer
 
@@ -71,7 +71,7 @@ def train(args: dict[str, str]) -> int:
         model = Model(int(args.get("ballast_mb", 0)))
         train, val = data.synthetic(num_samples=int(args.get("samples", 400)), seed=3)
         stop = preemption.Preemption(
-            preemption.preemption_config(os.environ, run=preemption.run_command if ctx.rank == 0 else None))
+            preemption.preemption_config(os.environ, run=requeue.run_command if ctx.rank == 0 else None))
         sleep_s = float(args.get("step_sleep", 0))
         who, _, when = args.get("signal_at", "-1:-1").partition(":")
         sig = signal.Signals["SIG" + args.get("signal", stop.config.signal).upper().removeprefix("SIG")]
@@ -87,8 +87,8 @@ def train(args: dict[str, str]) -> int:
                 time.sleep(sleep_s)
             return stop.should_stop()
 
-        requeue = preemption.requeues_after_failure(ctx.env)
-        dog = watchdog.Watchdog(ctx, bound_s=timeout_s, on_failure=stop.requeue_after_failure if requeue else None)
+        after_failure = stop.requeue_after_failure if requeue.requeues_after_failure(ctx.env) else None
+        dog = watchdog.Watchdog(ctx, bound_s=timeout_s, on_failure=after_failure)
         with stop, dog, dog.guard():
             trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                               nn.CrossEntropyLoss(), train, val, config, ctx=ctx, should_stop=boundary)
