@@ -99,6 +99,8 @@ class Job:
 
     def logs(self, rank: int | None = None) -> str:
         """The job's output so far; with `rank`, only that rank's lines (per-rank file or `R: ` labels)."""
+        if rank is not None and rank < 0:
+            raise ConfigError(f"--rank={rank} is negative. HINT: ranks count from 0 (--rank 0 is the first).")
         if rank is not None:
             per_rank = self.rank_log_path(rank)
             if per_rank is not None:

@@ -44,6 +44,30 @@ def run_command(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = N
                          "slurmctld is up (`scontrol ping`).") from exc
 
 
+# What Slurm's clients print when no controller answers (wrong or missing SLURM_CONF, slurmctld down).
+_UNREACHABLE = ("Could not establish a configuration source", "Unable to process configuration file",
+                "Unable to contact slurm controller",
+                "Socket timed out", "Connection refused", "Zero Bytes were transmitted")
+_JOB_ID = re.compile(r"\d+(?:_\d+)?(?:\+\d+)?")
+
+
+def failure_hint(stderr: str) -> str:
+    """The HINT for a failed Slurm command, from what it printed."""
+    if any(sign in stderr for sign in _UNREACHABLE):
+        return ("Slurm's controller cannot be reached from here: check that SLURM_CONF (or /etc/slurm/slurm.conf) "
+                "names your cluster and that slurmctld is up (`scontrol ping`); with no cluster, "
+                "`torchslurm sandbox up` starts a local one.")
+    return "the message above is Slurm's; fix what it names and retry."
+
+
+def check_job_id(job_id: str) -> str:
+    """A Slurm job id as squeue/scontrol/scancel take it: 12345, 12345_7 (array task), 12345+1 (het)."""
+    if not _JOB_ID.fullmatch(job_id.strip()):
+        raise SlurmError(f"job id {job_id!r} is not a Slurm job id: expected digits, e.g. 12345, or 12345_7 for "
+                         "an array task. HINT: `torchslurm status` lists your jobs and their ids.")
+    return job_id.strip()
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """Where a job stands, from squeue or (after it left the queue) scontrol."""
@@ -139,7 +163,7 @@ class SlurmClient:
         result = self._run(argv, **kwargs)
         if check and result.returncode != 0:
             raise SlurmError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}. "
-                             "HINT: the message above is Slurm's; fix what it names and retry.")
+                             f"HINT: {failure_hint(result.stderr)}")
         return result
 
     def submit(self, script: Path, cwd: Path | None = None) -> str:
@@ -150,7 +174,7 @@ class SlurmClient:
         """squeue rows (pending, running, completing). A job that left the queue gives []."""
         argv = ["squeue", "-h", "-o", SQUEUE_FORMAT]
         if job_id is not None:
-            argv += ["-j", job_id]
+            argv += ["-j", check_job_id(job_id)]
         if user is not None:
             argv += ["-u", user]
         result = self._call(argv, check=False)
@@ -158,16 +182,19 @@ class SlurmClient:
             if job_id is not None and "Invalid job id" in result.stderr:
                 return []
             raise SlurmError(f"squeue failed ({result.returncode}): {result.stderr.strip()}. "
-                             "HINT: check SLURM_CONF and that slurmctld is up (`scontrol ping`).")
+                             f"HINT: {failure_hint(result.stderr)}")
         return parse_squeue(result.stdout)
 
     def show_job(self, job_id: str) -> dict[str, str]:
         """`scontrol show job -o JOB` fields (finished jobs stay visible for MinJobAge)."""
-        result = self._call(["scontrol", "show", "job", "-o", job_id], check=False)
-        if result.returncode != 0:
+        result = self._call(["scontrol", "show", "job", "-o", check_job_id(job_id)], check=False)
+        if result.returncode != 0 and "Invalid job id" in result.stderr:
             raise SlurmError(f"job {job_id} is unknown to Slurm: {result.stderr.strip()}. HINT: it may have "
                              "finished more than MinJobAge ago (`scontrol show config | grep MinJobAge`); "
                              "its log files are still on disk.")
+        if result.returncode != 0:
+            raise SlurmError(f"scontrol show job {job_id} failed ({result.returncode}): {result.stderr.strip()}. "
+                             f"HINT: {failure_hint(result.stderr)}")
         # an array job shows one record per task: one line each with -o, blank-line separated without
         first = re.split(r"\n(?=JobId=)|\n\s*\n", result.stdout.strip())[0]
         return parse_scontrol(first)
@@ -177,6 +204,7 @@ class SlurmClient:
         return status_from_scontrol(self.show_job(job_id))
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
+        job_id = check_job_id(job_id)
         argv = ["scancel", job_id] if signal is None else ["scancel", f"--signal={signal}", job_id]
         self._call(argv)
 

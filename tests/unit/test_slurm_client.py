@@ -4,6 +4,7 @@ plus the job CLI commands with torch blocked."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from torchslurm.errors import SlurmError
+from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.job import Job, filter_rank, rank_output_for
 from torchslurm.jobspec import parse_slurm_version
 from torchslurm.slurm import SlurmClient, parse_job_id, parse_scontrol, parse_squeue, status_from_scontrol
@@ -99,8 +100,31 @@ def test_client_submit_and_errors() -> None:
 def test_client_queue_of_a_job_that_left() -> None:
     run = FakeRun({"squeue": (1, "", fixture("squeue_invalid_job.stderr"))})
     assert SlurmClient(run=run).queue("999999") == []
-    with pytest.raises(SlurmError, match=r"squeue failed \(1\).*HINT: check SLURM_CONF"):
+    with pytest.raises(SlurmError, match=r"squeue failed \(1\): slurm_load_jobs error: Invalid job id.*HINT: the "
+                                         "message above is Slurm's"):
         SlurmClient(run=run).queue()
+
+
+@pytest.mark.parametrize("command, recorded", [("squeue", "squeue_no_controller.stderr"),
+                                               ("scontrol", "scontrol_no_config.stderr")])
+def test_no_controller_or_no_config_is_said_so_not_blamed_on_the_job(command: str, recorded: str) -> None:
+    client = SlurmClient(run=FakeRun({command: (1, "", fixture(recorded))}))
+    with pytest.raises(SlurmError, match=r"HINT: Slurm's controller cannot be reached from here: check that "
+                                         r"SLURM_CONF .* `torchslurm sandbox up`") as raised:
+        client.queue() if command == "squeue" else client.status("12345")
+    assert "unknown to Slurm" not in str(raised.value)
+
+
+@pytest.mark.parametrize("job_id", ["notajob", "12 34", "-1", "12345;rm", ""])
+def test_a_malformed_job_id_is_refused_before_slurm_runs(job_id: str) -> None:
+    run = FakeRun({})
+    for call in (lambda c: c.status(job_id), lambda c: c.cancel(job_id), lambda c: c.queue(job_id)):
+        with pytest.raises(SlurmError, match=rf"job id {re.escape(repr(job_id))} is not a Slurm job id: expected "
+                                             r"digits.*HINT: `torchslurm status` lists"):
+            call(SlurmClient(run=run))
+    assert run.calls == []
+    for good in ("12345", "12345_7", "12345+1"):
+        SlurmClient(run=FakeRun({"scancel": (0, "", "")})).cancel(good)
 
 
 def test_client_status_and_cancel() -> None:
@@ -142,6 +166,8 @@ def test_logs_by_rank(tmp_path: Path) -> None:
     (tmp_path / "probe-1-rank1.out").write_text("only rank 1\n")
     assert rank_output_for(str(out)) == f"{tmp_path}/probe-1-rank%t.out"
     assert job.logs(1) == "only rank 1\n"
+    with pytest.raises(ConfigError, match=r"--rank=-1 is negative\. HINT: ranks count from 0"):
+        job.logs(-1)
 
 
 def test_script_lint_submit_work_without_torch(tmp_path: Path, without_torch: WithoutTorch) -> None:
