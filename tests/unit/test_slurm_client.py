@@ -201,6 +201,18 @@ def test_script_cli_refuses_errors(tmp_path: Path, without_torch: WithoutTorch) 
     assert "error: [tasks-vs-gpus]" in result.stderr and "HINT: set tasks_per_node: 4" in result.stderr
 
 
+def test_slurm_flags_after_the_script_are_refused_unless_forced(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    result = without_torch("script", "t.py", "--nodes", "4", "--lr", "0.1", "--time=10", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert ("error: [misplaced-flag] --nodes comes after t.py, so t.py gets it and the job spec does not. "
+            "HINT: put torchslurm's flags before the script (--nodes ... t.py ...)") in result.stderr
+    assert "[misplaced-flag] --time comes after t.py" in result.stderr and "--lr" not in result.stderr
+    forced = without_torch("script", "--force", "t.py", "--nodes", "4", cwd=tmp_path)
+    assert forced.returncode == 0 and "t.py --nodes 4" in forced.stdout and "--nodes=1" in forced.stdout
+    placed = without_torch("script", "--nodes", "4", "t.py", "--lr", "0.1", cwd=tmp_path)
+    assert placed.returncode == 0 and "--nodes=4" in placed.stdout and "misplaced" not in placed.stderr
+
+
 def test_show_job_takes_the_first_record_of_an_array() -> None:
     line = fixture("scontrol_running.txt").strip()
     two = line + "\n" + line.replace("JobId=1 ", "JobId=7 ") + "\n"

@@ -53,6 +53,23 @@ def _field_doc(name: str) -> str:
     return text.replace("%", "%%")  # argparse %-formats help strings (`%x-%j.out`)
 
 
+# Arguments after the script are the script's (as with srun and torchrun). These spec flags are
+# Slurm's and almost never a training script's own, so one of them there is a misplaced flag.
+_SLURM_FLAGS = frozenset("--" + name.replace("_", "-") for name in (
+    "nodes", "gpus_per_node", "tasks_per_node", "nproc_per_node", "cpus_per_task", "mem", "time", "partition",
+    "account", "qos", "constraint", "nodelist", "exclude", "preemptible", "requeue", "max_requeues", "gpu_flag",
+    "per_rank_output", "spec", "slurm_version"))
+
+
+def misplaced_flags(script: str, script_args: list[str]) -> list[Finding]:
+    """An error for each of torchslurm's Slurm flags given after the script (the script would get it)."""
+    flags = [arg.split("=", 1)[0] for arg in script_args]
+    return [Finding("error", "misplaced-flag", f"{flag} comes after {script}, so {script} gets it and the job "
+                    "spec does not.", f"put torchslurm's flags before the script ({flag} ... "
+                    f"{script} ...), or pass --force if {script} itself takes {flag}")
+            for flag in dict.fromkeys(flags) if flag in _SLURM_FLAGS]
+
+
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
     overrides: dict[str, Any] = {}
     for f in dataclasses.fields(JobSpec):
@@ -73,6 +90,12 @@ def _key_value(item: str) -> tuple[str, str]:
     if not eq:
         raise ConfigError(f"--env {item!r} has no '='. HINT: write --env NAME=VALUE, e.g. --env NCCL_DEBUG=INFO.")
     return key, value
+
+
+def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | None) -> list[Finding]:
+    """validate()'s findings, and an error for each Slurm flag given after the script."""
+    misplaced = misplaced_flags(args.script, args.args) if args.script else []
+    return [*misplaced, *validate(spec, slurm_version)]
 
 
 def report(findings: list[Finding], force: bool) -> int:
@@ -99,7 +122,7 @@ def handle(args: argparse.Namespace) -> int:
     from torchslurm.sbatch import render
 
     spec = spec_from_args(args)
-    code = report(validate(spec, args.slurm_version), args.force)
+    code = report(findings_of(spec, args, args.slurm_version), args.force)
     if code:
         return code
     sys.stdout.write(render(spec))

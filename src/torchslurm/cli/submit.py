@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from torchslurm.cli.script import add_spec_arguments, report, spec_from_args
+from torchslurm.cli.script import add_spec_arguments, findings_of, report, spec_from_args
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,14 +20,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.findings import validate
     from torchslurm.job import submit
     from torchslurm.slurm import SlurmClient
 
     spec = spec_from_args(args)
     # the GPU flag check needs the Slurm version; here Slurm is at hand, so ask it
     version = args.slurm_version or (SlurmClient().version() if spec.gpus_per_node else None)
-    code = report(validate(spec, version), args.force)
+    code = report(findings_of(spec, args, version), args.force)
     if code:
         return code
     job = submit(spec, run_dir=args.run_dir, force=True)
