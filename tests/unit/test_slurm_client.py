@@ -213,6 +213,16 @@ def test_slurm_flags_after_the_script_are_refused_unless_forced(tmp_path: Path, 
     assert placed.returncode == 0 and "--nodes=4" in placed.stdout and "misplaced" not in placed.stderr
 
 
+def test_a_setup_line_that_breaks_bash_is_an_error_before_sbatch(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    broken = without_torch("script", "--setup", 'echo "hi', "t.py", cwd=tmp_path, path="/usr/bin:/bin")
+    assert broken.returncode == 2 and broken.stdout == ""
+    assert "error: [shell-syntax] the rendered script is not valid bash: bash: line " in broken.stderr
+    assert "unexpected EOF while looking for matching" in broken.stderr
+    assert "HINT: check the setup lines" in broken.stderr
+    fine = without_torch("script", "--setup", 'echo "hi"', "--env", 'A=b"c', "t.py", cwd=tmp_path, path="/usr/bin:/bin")
+    assert fine.returncode == 0 and "shell-syntax" not in fine.stderr
+
+
 def test_show_job_takes_the_first_record_of_an_array() -> None:
     line = fixture("scontrol_running.txt").strip()
     two = line + "\n" + line.replace("JobId=1 ", "JobId=7 ") + "\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,9 +94,26 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | None) -> list[Finding]:
-    """validate()'s findings, and an error for each Slurm flag given after the script."""
+    """validate()'s findings, an error for each Slurm flag given after the script, and bash's
+    verdict on the rendered script (a --setup line with an unbalanced quote)."""
+    from torchslurm.sbatch import render
+
     misplaced = misplaced_flags(args.script, args.args) if args.script else []
-    return [*misplaced, *validate(spec, slurm_version)]
+    return [*misplaced, *bash_syntax(render(spec)), *validate(spec, slurm_version)]
+
+
+def bash_syntax(script_text: str) -> list[Finding]:
+    """`bash -n` on the script: a syntax error found now, not after the job waited in the queue."""
+    try:
+        result = subprocess.run(["bash", "-n"], input=script_text, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []  # no bash here: sbatch's node will say it
+    if result.returncode == 0:
+        return []
+    said = " ".join(line.strip() for line in result.stderr.splitlines() if line.strip())
+    return [Finding("error", "shell-syntax", f"the rendered script is not valid bash: {said}",
+                    "check the setup lines for an unbalanced quote or bracket; "
+                    "`torchslurm script ...` prints the script")]
 
 
 def report(findings: list[Finding], force: bool) -> int:
