@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from torchslurm.configfile import read_mapping
+from torchslurm.configfile import read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError
 
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -186,8 +186,7 @@ def build(values: Mapping[str, Any], source: str = "key=value") -> tuple[Example
     """Split one flat mapping into the two configs, coercing and validating every value."""
     unknown = sorted(set(values) - set(valid_keys()))
     if unknown:
-        raise ConfigError(f"unknown key(s) in {source}: {', '.join(unknown)}. "
-                          f"HINT: valid keys are {', '.join(valid_keys())}.")
+        raise unknown_keys_error(source, unknown, valid_keys())
     parts: list[dict[str, Any]] = [{}, {}]
     for i, cls in enumerate((ExampleConfig, TrainConfig)):
         for name, kind in _field_types(cls).items():

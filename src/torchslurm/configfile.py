@@ -3,8 +3,9 @@ config and the job spec, both of which must load on a login node without torch."
 
 from __future__ import annotations
 
+import difflib
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +32,11 @@ def read_mapping(path: Path, label: str, valid_keys: Iterable[str]) -> dict[str,
         raise ConfigError(f"{label} holds a {type(raw).__name__}, expected a mapping. "
                           f"HINT: write `key: value` lines; valid keys: {', '.join(valid_keys)}.")
     return {str(k).replace("-", "_"): v for k, v in raw.items()}
+
+
+def unknown_keys_error(source: str, unknown: Sequence[str], valid: Sequence[str]) -> ConfigError:
+    """The error for keys a spec or config does not have, with the closest valid key for each typo."""
+    guesses = [f"{key} -> {close[0]}" for key in unknown if (close := difflib.get_close_matches(key, valid, n=1))]
+    did_you_mean = f"did you mean {', '.join(guesses)}? " if guesses else ""
+    return ConfigError(f"unknown key(s) in {source}: {', '.join(unknown)}. "
+                       f"HINT: {did_you_mean}valid keys are {', '.join(valid)}.")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchslurm.configfile import read_mapping
+from torchslurm.configfile import read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError
 
 LAUNCH_MODES = ("srun", "torchrun")
@@ -200,10 +200,7 @@ def from_mapping(data: Mapping[str, Any], source: str = "spec") -> JobSpec:
     valid = field_names()
     unknown = sorted(set(data) - set(valid))
     if unknown:
-        raise ConfigError(
-            f"unknown key(s) in {source}: {', '.join(unknown)}. "
-            f"HINT: valid keys are {', '.join(valid)}."
-        )
+        raise unknown_keys_error(source, unknown, valid)
     if "script" not in data:
         raise ConfigError(f"no `script` in {source}. "
                           "HINT: give the training script, e.g. `script: train.py`.")

@@ -97,6 +97,10 @@ def test_unknown_key_lists_valid(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"unknown key\(s\) in .*job.yaml: gpus\. HINT: valid keys are "
                                           r"script, args, name, nodes, gpus_per_node"):
         load(path)
+    path.write_text("script: train.py\ngpu_per_node: 4\ntasks_per_nodes: 4\n")
+    with pytest.raises(ConfigError, match=r"HINT: did you mean gpu_per_node -> gpus_per_node, tasks_per_nodes -> "
+                                          r"tasks_per_node\? valid keys are script"):
+        load(path)
 
 
 def test_missing_script(tmp_path: Path) -> None:

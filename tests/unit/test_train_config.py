@@ -46,10 +46,12 @@ def test_int_lr_is_accepted_but_text_epochs_is_not() -> None:
         config.load(overrides=["epochs=many"])
 
 
-def test_unknown_key_lists_valid_ones() -> None:
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) in key=value: epoch\. HINT: valid keys are dataset, "
-                                          r"data_dir, .*epochs, batch_size"):
+def test_unknown_key_suggests_the_closest_and_lists_valid_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) in key=value: epoch\. HINT: did you mean epoch -> "
+                                          r"epochs\? valid keys are dataset, data_dir, .*epochs, batch_size"):
         config.load(overrides=["epoch=3"])
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) in key=value: zzz\. HINT: valid keys are dataset"):
+        config.load(overrides=["zzz=3"])
 
 
 def test_override_without_equals() -> None:
