@@ -36,7 +36,9 @@ def check_master_addr(facts: Facts) -> Check:
     if not facts.master_ips:
         return Check("master_addr", "fail", f"MASTER_ADDR={master!r} resolves to no address here.",
                      "use a node name of this job or an IP address.", master)
-    shown = f"MASTER_ADDR={master} resolves to {', '.join(facts.master_ips)} on {facts.hostname}"
+    given = (f"MASTER_ADDR={master}" if facts.environ.get("MASTER_ADDR")
+             else f"MASTER_ADDR (unset; torchslurm uses {master})")
+    shown = f"{given} resolves to {', '.join(facts.master_ips)} on {facts.hostname}"
     first = first_node(env, facts.environ)
     if (first and master != first and facts.first_node_ips and "MASTER_ADDR" in facts.environ
             and not set(facts.master_ips) & set(facts.first_node_ips)):

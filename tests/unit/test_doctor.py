@@ -203,6 +203,7 @@ def test_unresolvable_and_unroutable_master_fail() -> None:
 def test_batch_shell_checks_the_master_its_ranks_will_use() -> None:
     check = doctor.check_master_addr(facts(BATCH, hostname="node1", interfaces=NODE1, source="198.18.0.11"))
     assert (check.status, check.value) == ("ok", "node1")
+    assert check.detail.startswith("MASTER_ADDR (unset; torchslurm uses node1) resolves to"), check.detail
 
 
 def test_hard_coded_master_addr_that_is_not_rank_0s_node_fails() -> None:
