@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from torchslurm import __version__
 from torchslurm.errors import TorchSlurmError
@@ -22,8 +23,15 @@ COMMANDS: tuple[str, ...] = ("run", "train", "sandbox", "script", "submit", "sta
                              "doctor", "bench")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse without the usage dump on a bad flag: the error, then where the options are listed."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message}. HINT: `{self.prog} --help` lists the options.\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="torchslurm",
         description="Distributed PyTorch training on SLURM clusters that just works.",
     )
@@ -52,7 +60,10 @@ def setup_logging(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named here, with the subcommand: argparse would blame the top-level parser
+        parser.prog = f"torchslurm {args.command}" if args.command else "torchslurm"
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 2
