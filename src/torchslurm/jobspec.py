@@ -203,7 +203,8 @@ def from_mapping(data: Mapping[str, Any], source: str = "spec") -> JobSpec:
         raise unknown_keys_error(source, unknown, valid)
     if "script" not in data:
         raise ConfigError(f"no `script` in {source}. "
-                          "HINT: give the training script, e.g. `script: train.py`.")
+                          "HINT: give the training script after the flags (`torchslurm submit --nodes 2 train.py`) "
+                          "or as `script: train.py` in the --spec file.")
     try:
         return JobSpec(**data)
     except TypeError as exc:  # pragma: no cover - unknown keys are caught above

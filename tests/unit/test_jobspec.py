@@ -104,7 +104,8 @@ def test_unknown_key_lists_valid(tmp_path: Path) -> None:
 
 
 def test_missing_script(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"no `script` in flags"):
+    with pytest.raises(ConfigError, match=r"no `script` in flags\. HINT: give the training script after the flags "
+                                          r"\(`torchslurm submit --nodes 2 train.py`\) or as `script: train.py`"):
         load(None, {"nodes": 2})
 
 
