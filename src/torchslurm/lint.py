@@ -1,7 +1,8 @@
 """lint(text) -> findings for a hand-written sbatch script: the pitfalls of the seeds' scripts.
 
-Pure: reads the script text (its `#SBATCH` directives with sbatch's own tokenizer, and its
-srun / torchrun / python lines with shlex) and returns `Finding`s. Nothing is executed.
+Pure: lint_parse.parse() reads the script (its `#SBATCH` directives and its srun / torchrun /
+python lines); the checks here return `Finding`s: `#SBATCH` values sbatch refuses, then the
+multi-node mistakes. Nothing is executed.
 """
 
 from __future__ import annotations
@@ -9,211 +10,55 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from torchslurm.errors import ConfigError
 from torchslurm.findings import Finding, Severity
-from torchslurm.sbatch import sbatch_split
+from torchslurm.jobspec import parse_time
+from torchslurm.lint_parse import Script, parse
 
-# short sbatch options that the seeds (and most scripts) use, mapped to their long names
-_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-t": "time", "-J": "job-name",
-          "-o": "output", "-e": "error", "-p": "partition", "-A": "account", "-G": "gpus", "-w": "nodelist",
-          "-x": "exclude", "-a": "array", "-C": "constraint", "-q": "qos"}
-_FLAGS = {"requeue", "no-requeue", "exclusive", "hold", "parsable"}
-_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
-_LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch"}
-_RANK_VARS_RE = re.compile(r"\$\{?(RANK|SLURM_PROCID|SLURM_NODEID|SLURM_LOCALID|LOCAL_RANK|NODE_RANK)\b")
+__all__ = ["gpus_per_node", "lint", "parse", "tasks_per_node"]
+
 _PER_TASK_VARS_RE = re.compile(r"\$\(*\{?(SLURM_PROCID|SLURM_LOCALID|SLURM_NODEID)\b")
 _SIGNALS_DEFAULT_KILL = {"USR1", "USR2", "SIGUSR1", "SIGUSR2", "10", "12"}
 
-
-@dataclass
-class Launch:
-    """One line that starts training: under srun or not, through a launcher or plain python."""
-
-    line: int
-    under_srun: bool
-    srun_opts: dict[str, str]
-    launcher: str | None  # "torchrun", "torch.distributed.launch" or None (plain python)
-    nproc_per_node: int | None
-    python: str
-    rdzv_endpoint: str | None = None
-    signals_to_handle: str | None = None
-    ignored: list[str] = field(default_factory=list)
-    """Signals the launcher ignores (`trap "" SIG` before `exec`)."""
+_NODES_RE = re.compile(r"^(\d+)[kKmM]?(?:-(\d+)[kKmM]?)?$")  # Slurm's N or MIN-MAX (k, M: x1024)
+_GPUS_RE = re.compile(r"^(?:[^:,]+:)?\d+$")  # [type:]N
 
 
-@dataclass
-class Script:
-    """What lint needs to know about a script."""
-
-    directives: dict[str, str] = field(default_factory=dict)
-    exports: dict[str, tuple[int, str]] = field(default_factory=dict)
-    """Variables set in the batch shell: (line, value)."""
-    task_exports: dict[str, tuple[int, str]] = field(default_factory=dict)
-    """Variables set inside each task (`srun bash -c '...'`)."""
-    launches: list[Launch] = field(default_factory=list)
-    rank_cases: list[int] = field(default_factory=list)
-    traps: list[str] = field(default_factory=list)
-
-
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """Lines with backslash continuations joined, numbered by their first physical line."""
-    out: list[tuple[int, str]] = []
-    pending, start = "", 0
-    physical = text.split("\n")  # bash ends lines at \n only (str.splitlines knows 8 more)
-    if physical and physical[-1] == "":
-        physical.pop()
-    for number, raw in enumerate(physical, start=1):
-        if not pending:
-            start = number
-        if raw.endswith("\\") and not raw.lstrip().startswith("#"):
-            pending += raw[:-1] + " "
-            continue
-        if not raw.lstrip().startswith("#") and _open_quote(pending + raw):
-            pending += raw + "\n"  # a quoted string spanning lines (`srun bash -c '...'`)
-            continue
-        out.append((start, pending + raw))
-        pending = ""
-    if pending:
-        out.append((start, pending))
-    return out
-
-
-def _open_quote(text: str) -> bool:
-    try:
-        shlex.split(text, comments=True)
-    except ValueError:
+def _valid_time(value: str) -> bool:
+    if value.upper() in ("-1", "INFINITE", "UNLIMITED"):  # Slurm's words for no limit
         return True
-    return False
-
-
-def parse_directive_args(args: list[str], into: dict[str, str]) -> None:
-    """`--opt=v`, `--opt v`, `-N 2`, `-N2` and bare flags, into long-name keys."""
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.startswith("--"):
-            key, eq, value = arg[2:].partition("=")
-            if not eq and key not in _FLAGS and i + 1 < len(args) and not args[i + 1].startswith("-"):
-                value, i = args[i + 1], i + 1
-            into[key] = value
-        elif arg[:2] in _SHORT:
-            value = arg[2:]
-            if not value and i + 1 < len(args):
-                value, i = args[i + 1], i + 1
-            into[_SHORT[arg[:2]]] = value.lstrip("=")
-        i += 1
-
-
-def parse(text: str) -> Script:
-    script = Script()
-    _parse_body(text, script, first_line=1, under_srun=False)
-    return script
-
-
-def _parse_body(text: str, script: Script, first_line: int, under_srun: bool) -> None:
-    in_header, in_case = first_line == 1, False
-    for number, line in logical_lines(text):
-        number += first_line - 1
-        stripped = line.strip()
-        if stripped.startswith("#SBATCH"):
-            if in_header:  # sbatch stops reading directives at the first command
-                parse_directive_args(sbatch_split(stripped[len("#SBATCH"):]), script.directives)
-            continue
-        if not stripped or stripped.startswith("#"):
-            continue
-        in_header = False
-        if stripped.startswith("case ") and _RANK_VARS_RE.search(stripped):
-            in_case = True
-        if in_case and "SOCKET_IFNAME" in stripped:
-            script.rank_cases.append(number)
-            in_case = False
-        if stripped.startswith("esac"):
-            in_case = False
-        _parse_command(number, stripped, script, under_srun)
-
-
-def _tokens(line: str) -> list[str]:
     try:
-        return shlex.split(line, comments=True)
-    except ValueError:
-        return line.split()
+        parse_time(value)
+    except ConfigError:
+        return False
+    return True
 
 
-def _parse_command(number: int, line: str, script: Script, under_srun: bool) -> None:
-    # a multi-line quoted string (`srun bash -c '...'`) is split into words, not on its `;`
-    parts = [line] if "\n" in line else re.split(r"\s*(?:&&|\|\||;)\s*", line)
-    for part in parts:
-        words = _tokens(part)
-        if words and words[0] == "trap":
-            script.traps.append(part)
-        if words and words[0] == "export":
-            words = words[1:]
-        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
-            key, _, value = words[0].partition("=")
-            (script.task_exports if under_srun else script.exports)[key] = (number, value)
-            words = words[1:]
-        launch = _parse_launch(number, words, script, under_srun)
-        if launch is not None:
-            script.launches.append(launch)
+def _valid_nodes(value: str) -> bool:
+    m = _NODES_RE.match(value)
+    return m is not None and int(m.group(1)) >= 1 and (m.group(2) is None or int(m.group(2)) >= int(m.group(1)))
 
 
-def _parse_launch(number: int, words: list[str], script: Script, under_srun: bool) -> Launch | None:
-    srun_opts: dict[str, str] = {}
-    ignored: list[str] = []
-    if words and words[0] == "exec":
-        words = words[1:]
-    if words and PurePosixPath(words[0]).name == "srun":
-        under_srun, words = True, words[1:]
-        opts: list[str] = []
-        while words and words[0].startswith("-"):
-            opts.append(words.pop(0))
-            if opts[-1][:2] in _SHORT and len(opts[-1]) == 2 and words:
-                opts.append(words.pop(0))
-        parse_directive_args(opts, srun_opts)
-        for opt in opts:  # -K / -K0 / -K1: an optional value attached, not in _SHORT
-            if opt.startswith("-K"):
-                srun_opts["kill-on-bad-exit"] = opt[2:]
-    if len(words) >= 3 and PurePosixPath(words[0]).name in ("bash", "sh") and words[1] == "-c":
-        code = words[2]
-        if '"$@"' not in code:  # `srun bash -c '<script>'`: lint the inner script as run by each task
-            _parse_body(code, script, first_line=number, under_srun=under_srun)
-            return None
-        # `bash -c 'trap "" SIG; exec "$@"' NAME cmd...`: the command is the rest, signals ignored
-        ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code)
-        words = words[4:]
-    if not words:
-        return None
-    name = PurePosixPath(words[0]).name
-    launcher: str | None = None
-    rest = words[1:]
-    if name == "torchrun":
-        launcher = "torchrun"
-    elif _PYTHON_RE.match(name):
-        if len(rest) >= 2 and rest[0] == "-m" and rest[1] in _LAUNCH_MODULES:
-            launcher, rest = _LAUNCH_MODULES[rest[1]], rest[2:]
-        elif not rest or (rest[0].startswith("-") and rest[0] != "-u"):
-            return None  # `python -c ...`, `python --version`: not training
-    else:
-        return None
-    opts_map: dict[str, str] = {}
-    parse_directive_args([_dashes(w) for w in rest], opts_map)
-    nproc = opts_map.get("nproc-per-node")
-    return Launch(number, under_srun, srun_opts, launcher, int(nproc) if nproc and nproc.isdigit() else None,
-                  python=words[0], rdzv_endpoint=opts_map.get("rdzv-endpoint"),
-                  signals_to_handle=opts_map.get("signals-to-handle"), ignored=" ".join(ignored).split())
+def _positive(value: str) -> bool:
+    return value.isdigit() and int(value) > 0  # sbatch: `Invalid numeric value "0" for --ntasks.`
 
 
-def _dashes(word: str) -> str:
-    """`--nproc_per_node=8` -> `--nproc-per-node=8` (launchers accept both spellings)."""
-    if not word.startswith("--"):
-        return word
-    key, eq, value = word.partition("=")
-    return key.replace("_", "-") + eq + value
+def _gpus(value: str) -> bool:
+    return _GPUS_RE.match(value) is not None
 
 
-# -- the checks ------------------------------------------------------------------------------
+# option -> (is the value valid, what it must be, a valid example)
+_RULES: dict[str, tuple[Callable[[str], bool], str, str]] = {
+    "time": (_valid_time, "a Slurm time limit", "--time=1:30:00 (minutes, H:MM:SS or D-HH:MM:SS)"),
+    "time-min": (_valid_time, "a Slurm time limit", "--time-min=1:00:00 (minutes, H:MM:SS or D-HH:MM:SS)"),
+    "nodes": (_valid_nodes, "a node count", "--nodes=2 (at least 1), or a range: --nodes=2-4"),
+    **{key: (_positive, "a whole number of at least 1", f"--{key}=4")
+       for key in ("ntasks", "ntasks-per-node", "cpus-per-task")},
+    **{key: (_gpus, "a GPU count", f"--{key}=4, or with a GPU type: --{key}=a100:4")
+       for key in ("gpus", "gpus-per-node", "gpus-per-task")},
+}
 
 
 def _int(value: str | None) -> int | None:
@@ -240,7 +85,7 @@ def tasks_per_node(d: dict[str, str]) -> int | None:
     if "ntasks-per-node" in d:
         return _int(d["ntasks-per-node"])
     ntasks, nodes = _int(d.get("ntasks")), _int(d.get("nodes"))
-    if ntasks is not None:
+    if ntasks:  # --ntasks=0 is reported by _check_values
         return ntasks // (nodes or ntasks)
     return None
 
@@ -249,8 +94,8 @@ def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Fi
     """All pitfalls found in `text`, errors first. `path_exists` lets the CLI check log directories."""
     script = parse(text)
     found: list[Finding] = []
-    for check in (_check_counts, _check_launches, _check_master, _check_nic, _check_signal,
-                  _check_export, _check_batch_rank_vars):
+    for check in (_check_values, _check_presence, _check_counts, _check_launches, _check_master, _check_nic,
+                  _check_signal, _check_export, _check_batch_rank_vars):
         found += check(script)
     found += _check_output_dir(script, path_exists)
     order = {"error": 0, "warning": 1, "info": 2}
@@ -259,6 +104,40 @@ def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Fi
 
 def _f(severity: Severity, code: str, message: str, hint: str) -> Finding:
     return Finding(severity, code, message, hint)
+
+
+def _check_values(s: Script) -> list[Finding]:
+    """Every value of an option lint reads that sbatch would refuse (each occurrence: sbatch checks each)."""
+    out = []
+    for line, key, value in s.directive_list:
+        rule = _RULES.get(key)
+        if rule is None or rule[0](value):
+            continue
+        _, what, example = rule
+        why = "sbatch refuses the script"
+        if key == "nodes" and value.startswith("-"):  # proc_args.c verify_node_count: "-1" is the range 1-1
+            why = "Slurm reads the leading `-` as a MIN-MAX range without MIN, i.e. 1 node"
+        out.append(_f("error", "invalid-value", f"line {line}: #SBATCH --{key}={value} is not {what}; {why}.",
+                      f"#SBATCH {example}."))
+    return out
+
+
+def _check_presence(s: Script) -> list[Finding]:
+    """`#SBATCH` lines sbatch ignores (after the first command), or none at all."""
+    out = [_f("warning", "late-directive", f"line {line}: #SBATCH after the first command: sbatch ignores it.",
+              "move it up: sbatch reads #SBATCH lines only before the first command (comments and blank lines "
+              "may come between them).") for line in s.late_directives]
+    if s.directive_list or s.late_directives:
+        return out
+    if not s.launches:
+        return [_f("warning", "no-directives",
+                   "no #SBATCH directives and no srun, torchrun or python line found: nothing to check.",
+                   "lint reads sbatch scripts: #SBATCH lines at the top (#SBATCH --nodes=2 --ntasks-per-node=4 "
+                   "--gpus-per-node=4), then the training command (srun python train.py).")]
+    return [_f("info", "no-directives",
+               "no #SBATCH directives found: lint checked the script against Slurm's defaults (1 node, 1 task); "
+               "options given on the sbatch command line are not seen.",
+               "write them in the script (#SBATCH --nodes=2 --ntasks-per-node=4 ...) so it says what it needs.")]
 
 
 def _check_counts(s: Script) -> list[Finding]:
@@ -291,9 +170,11 @@ def _check_launches(s: Script) -> list[Finding]:
             out.append(_f("error", "launcher-without-srun",
                           f"{where}: {ln.launcher} runs only on the first of {nodes} nodes without srun.",
                           "srun --ntasks-per-node=1 torchrun ... (one launcher per node)."))
-        if ln.launcher is not None and ln.under_srun and tasks > 1 and _int(ln.srun_opts.get("ntasks")) is None:
+        step = ln.srun_opts.get("ntasks-per-node")  # srun's own layout; -n $SLURM_NNODES: lint can't count
+        per_node = tasks if step is None and "ntasks" not in ln.srun_opts else _int(step) or 1
+        if ln.launcher is not None and ln.under_srun and per_node > 1:
             out.append(_f("error", "launcher-per-task",
-                          f"{where}: srun starts {ln.launcher} in each of the {tasks} tasks per node, and each "
+                          f"{where}: srun starts {ln.launcher} in each of the {per_node} tasks per node, and each "
                           "starts its own workers.",
                           "#SBATCH --ntasks-per-node=1 for launcher jobs (or srun -n $SLURM_NNODES "
                           "--ntasks-per-node=1)."))

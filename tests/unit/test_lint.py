@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from torchslurm.cli import main
 from torchslurm.jobspec import JobSpec
-from torchslurm.lint import gpus_per_node, lint, logical_lines, parse, tasks_per_node
+from torchslurm.lint import gpus_per_node, lint, parse, tasks_per_node
 from torchslurm.sbatch import render
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -94,11 +95,6 @@ def test_directives_after_first_command_are_ignored_like_sbatch() -> None:
     assert script.directives == {"nodes": "2"}
 
 
-def test_continuations_and_quoted_multiline_joined() -> None:
-    lines = logical_lines("srun \\\n  python a.py\nbash -c '\necho 1\n'\nls\n")
-    assert [n for n, _ in lines] == [1, 3, 6]
-
-
 @pytest.mark.parametrize(("directives", "gpus", "tasks"), [
     ({"gres": "gpu:4"}, 4, None), ({"gres": "gpu:a100:2,tmp:10G"}, 2, None), ({"gpus-per-node": "8"}, 8, None),
     ({"gpus-per-task": "1", "ntasks-per-node": "4"}, 4, 4), ({"gpus": "8", "nodes": "2"}, 4, None),
@@ -112,3 +108,110 @@ def test_log_dir_checked_with_path_exists() -> None:
     text = "#!/bin/bash\n#SBATCH --output=logs/%j.out\nsrun python t.py\n"
     assert [f.code for f in lint(text, path_exists=lambda p: p != "logs")] == ["log-dir"]
     assert lint(text, path_exists=lambda p: True) == []
+
+
+GPU_JOB = "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-node=4\n"
+
+
+@pytest.mark.parametrize("srun", ["srun --kill-on-bad-exit=1", "srun -K1", "srun --kill-on-bad-exit", "srun -K",
+                                  "srun --label -K", "srun --ntasks-per-node 4 -K"])
+@pytest.mark.parametrize("command", ['bash -c "python train.py"',
+                                     'bash -c "cd /x && python train.py \\\n --lr 0.1"',
+                                     "bash -c '\n  cd /x\n  python train.py --lr 0.1\n'",
+                                     "python train.py --lr 0.1"])
+def test_srun_wrapping_a_shell_keeps_its_options(srun: str, command: str) -> None:
+    assert [str(f) for f in lint(f"{GPU_JOB}{srun} {command}\n")] == []
+
+
+def test_srun_wrapping_a_shell_without_kill_on_bad_exit_still_warned() -> None:
+    (f,) = lint(GPU_JOB + 'srun -K0 bash -c "cd /x && python train.py"\n')
+    assert f.code == "no-kill-on-bad-exit" and f.message.startswith("line 3: srun without --kill-on-bad-exit")
+
+
+def test_python_outside_the_srun_string_still_flagged() -> None:
+    (f,) = lint(GPU_JOB + 'srun -K bash -c "echo start" && python train.py\n')
+    assert f.code == "python-without-srun" and f.message.startswith("line 3: `python ...` runs once")
+
+
+def test_srun_value_in_the_next_word_is_not_the_command() -> None:
+    (f,) = lint(GPU_JOB + "srun --ntasks-per-node 4 python train.py\n")
+    assert f.code == "no-kill-on-bad-exit"
+
+
+@pytest.mark.parametrize("srun", ["srun -K --ntasks-per-node=1", "srun -K -n $SLURM_NNODES --ntasks-per-node=1",
+                                  "srun -K --ntasks=2"])
+def test_launcher_per_node_as_the_hint_says_is_clean(srun: str) -> None:
+    assert lint(f"{GPU_JOB}{srun} torchrun --nproc-per-node=4 train.py\n") == []
+
+
+@pytest.mark.parametrize(("directive", "message", "hint"), [
+    ("--time=abc", "line 2: #SBATCH --time=abc is not a Slurm time limit; sbatch refuses the script.",
+     "#SBATCH --time=1:30:00 (minutes, H:MM:SS or D-HH:MM:SS)."),
+    ("--nodes=-1", "line 2: #SBATCH --nodes=-1 is not a node count; Slurm reads the leading `-` as a MIN-MAX "
+     "range without MIN, i.e. 1 node.", "#SBATCH --nodes=2 (at least 1), or a range: --nodes=2-4."),
+    ("-N 4-2", "line 2: #SBATCH --nodes=4-2 is not a node count; sbatch refuses the script.", "--nodes=2-4"),
+    ("--ntasks=0", "line 2: #SBATCH --ntasks=0 is not a whole number of at least 1; sbatch refuses the script.",
+     "#SBATCH --ntasks=4."),
+    ("--ntasks-per-node 4x", "line 2: #SBATCH --ntasks-per-node=4x is not a whole number", "--ntasks-per-node=4"),
+    ("-c -1", "line 2: #SBATCH --cpus-per-task=-1 is not a whole number", "#SBATCH --cpus-per-task=4."),
+    ("--gpus-per-node=four", "line 2: #SBATCH --gpus-per-node=four is not a GPU count",
+     "--gpus-per-node=4, or with a GPU type: --gpus-per-node=a100:4."),
+])
+def test_values_sbatch_refuses(directive: str, message: str, hint: str) -> None:
+    (f,) = [f for f in lint(f"#!/bin/bash\n#SBATCH {directive}\nsrun -K python t.py\n") if f.code == "invalid-value"]
+    assert f.severity == "error" and f.message.startswith(message) and hint in f.hint
+    assert f"HINT: {f.hint}" in str(f)
+
+
+@pytest.mark.parametrize("directive", ["--time=90", "--time=1-00:00:00", "--time=UNLIMITED", "-t 5:00",
+                                       "--nodes=2-4", "-N1", "--ntasks=8", "--gpus-per-node=a100:4", "--gpus=0"])
+def test_valid_values_pass(directive: str) -> None:
+    assert [f for f in lint(f"#!/bin/bash\n#SBATCH {directive}\nsrun -K python t.py\n")
+            if f.code == "invalid-value"] == []
+
+
+def test_nodes_overridden_by_an_invalid_value_is_reported_on_its_line() -> None:
+    found = lint("#!/bin/bash\n#SBATCH -N 4\n#SBATCH --nodes=-1\nsrun -K python t.py\n")
+    assert [(f.code, f.message[:8]) for f in found] == [("invalid-value", "line 3: ")]
+
+
+def test_no_directives_and_no_command_is_said() -> None:
+    (f,) = lint("#!/bin/bash\necho hello\n")
+    assert (f.severity, f.code) == ("warning", "no-directives")
+    assert f.message.startswith("no #SBATCH directives and no srun, torchrun or python line found")
+    assert "#SBATCH --nodes=2" in f.hint
+
+
+def test_no_directives_with_a_command_is_a_note() -> None:
+    (f,) = lint("#!/bin/bash\nsrun python t.py\n")
+    assert (f.severity, f.code) == ("info", "no-directives") and "against Slurm's defaults" in f.message
+
+
+def test_directive_after_the_first_command_is_ignored_by_sbatch() -> None:
+    (f,) = lint("#!/bin/bash\n#SBATCH -N 1\necho hi\n#SBATCH --nodes=2\n")
+    assert (f.code, f.message) == ("late-directive", "line 4: #SBATCH after the first command: sbatch ignores it.")
+
+
+def test_cli_reports_unreadable_scripts_and_lints_the_rest(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bin.sbatch").write_bytes(b"\x00\x01\xff\xfe binary")
+    (tmp_path / "good.sbatch").write_text("#!/bin/bash\n#SBATCH -N 1\nsrun python t.py\n")
+    (tmp_path / "dir").mkdir()
+    assert main(["lint", "bin.sbatch", "dir", "good.sbatch", "missing.sbatch"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "good.sbatch: ok\n"
+    assert err.splitlines() == [
+        "error: bin.sbatch is not a text file (a NUL byte at offset 0). "
+        "HINT: pass the sbatch script itself, e.g. torchslurm lint job.sbatch.",
+        "error: cannot read dir: Is a directory. HINT: pass the script files in it, e.g. torchslurm lint dir/*.sbatch.",
+        f"error: cannot read missing.sbatch: No such file or directory. HINT: check the path (a relative path starts "
+        f"at {tmp_path}).",
+    ]
+
+
+def test_cli_lints_a_script_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "latin1.sbatch"
+    script.write_bytes(b"#!/bin/bash\n# caf\xe9\n#SBATCH --ntasks=4\npython t.py\n")  # sbatch accepts it
+    assert main(["lint", str(script)]) == 1
+    assert "error: [python-without-srun] line 4:" in capsys.readouterr().out

@@ -1,9 +1,15 @@
-"""`torchslurm lint SCRIPT...`: the seeds' pitfalls in hand-written sbatch scripts. Exit 1 on errors."""
+"""`torchslurm lint SCRIPT...`: the seeds' pitfalls in hand-written sbatch scripts. Exit 1 on errors.
+
+A script that cannot be read (missing, a directory, not text) is reported and the others are still
+linted; the exit status is then 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import sys
 from pathlib import Path
 
 from torchslurm.errors import ConfigError
@@ -14,10 +20,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "lint", help="check hand-written sbatch scripts for the usual multi-node mistakes",
         description="Reads #SBATCH directives and srun/torchrun/python lines; reports ntasks/GPU/nproc "
         "mismatches, hard-coded MASTER_ADDR/PORT, per-rank NIC case blocks, unreachable signals and more. "
-        "Exit status 1 when an error is found.")
+        "Exit status 1 when an error is found, 2 when a script cannot be read.")
     parser.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     parser.set_defaults(handler=handle)
+
+
+def read_script(path: Path) -> str:
+    """The text of `path`, or a ConfigError saying why lint cannot read it as an sbatch script."""
+    shown = _shown(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        hint = {errno.EISDIR: f"pass the script files in it, e.g. torchslurm lint {shown}/*.sbatch",
+                errno.EACCES: f"check its permissions: ls -l {shown}"}.get(
+            exc.errno or 0, f"check the path (a relative path starts at {_shown(Path.cwd())})")
+        raise ConfigError(f"cannot read {shown}: {exc.strerror}. HINT: {hint}.") from exc
+    nul = data.find(b"\0")
+    if nul >= 0:  # the Slurm controller refuses such scripts too
+        raise ConfigError(f"{shown} is not a text file (a NUL byte at offset {nul}). "
+                          "HINT: pass the sbatch script itself, e.g. torchslurm lint job.sbatch.")
+    # bash and sbatch take any other bytes (a Latin-1 comment, say): lint the script, those shown as U+FFFD
+    return data.decode("utf-8", errors="replace")
+
+
+def _shown(path: Path) -> str:
+    """`path` printable on any terminal (an undecodable file name keeps its bytes as \\x escapes)."""
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -26,14 +55,16 @@ def handle(args: argparse.Namespace) -> int:
     worst = 0
     for path in args.scripts:
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror}. HINT: check the path.") from exc
+            text = read_script(path)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            worst = 2
+            continue
         findings = lint(text, path_exists=os.path.isdir)
         for f in findings:
-            print(f"{path}: {f}")
+            print(f"{_shown(path)}: {f}")
         if any(f.severity == "error" for f in findings) or (args.strict and findings):
-            worst = 1
+            worst = max(worst, 1)
         if not findings:
-            print(f"{path}: ok")
+            print(f"{_shown(path)}: ok")
     return worst

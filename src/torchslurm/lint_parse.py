@@ -1,0 +1,319 @@
+"""lint.parse(text) -> Script: what a hand-written sbatch script asks for and runs. Pure, nothing executed.
+
+Reads the `#SBATCH` directives with sbatch's own tokenizer and option table, and the commands
+with bash's quoting (single and double quotes, backslash escapes, `#` comments, line
+continuations), so a `;`, `&&` or continuation inside `srun bash -c "..."` stays part of the
+quoted string, and the commands inside it run under that srun, with its options. Options follow
+GNU getopt as sbatch and srun use it: an option that takes a value takes the next word whatever it
+looks like (`--nodes -1`), one that takes none never does.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from torchslurm.sbatch import sbatch_split
+
+_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
+_LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch"}
+_RANK_VARS_RE = re.compile(r"\$\{?(RANK|SLURM_PROCID|SLURM_NODEID|SLURM_LOCALID|LOCAL_RANK|NODE_RANK)\b")
+# shell words that may come before a command on one line (`if ...; then srun ...`)
+_PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec"}
+
+# Short options lint reads (sbatch's and srun's letters agree), by their long names.
+SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "J": "job-name", "o": "output",
+         "e": "error", "p": "partition", "A": "account", "G": "gpus", "w": "nodelist", "x": "exclude",
+         "a": "array", "C": "constraint", "q": "qos", "K": "kill-on-bad-exit"}
+_WORD_BREAK = " \t\n;&|()<>"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Which options of a Slurm command never take the next word as their value."""
+
+    long_flags: frozenset[str]
+    """Long options with no value or an optional one (given only as `--opt=value`)."""
+    short_flags: str
+    """Short options with no value."""
+    short_optional: str
+    """Short options with an optional value, attached (`-K1`)."""
+
+
+# Read from sbatch and srun 22.05.8 themselves: every option of `--help`/`--usage`, plus the
+# undocumented ones, given alone (`requires an argument`?) and with `=1` (`doesn't allow`?).
+SBATCH = Options(frozenset({
+    "contiguous", "exclusive", "get-user-env", "help", "hold", "ignore-pbs", "nice", "no-kill", "no-requeue",
+    "overcommit", "oversubscribe", "parsable", "propagate", "quiet", "reboot", "requeue", "spread-job",
+    "test-only", "usage", "use-min-nodes", "verbose", "version", "wait"
+}), "hsvHOQVW", "k")
+SRUN = Options(frozenset({
+    "bcast", "compress", "contiguous", "debugger-test", "disable-status", "exact", "exclusive", "help", "hold",
+    "immediate", "interactive", "kill-on-bad-exit", "label", "multi-prog", "nice", "no-allocate", "no-kill",
+    "overcommit", "overlap", "oversubscribe", "preserve-env", "propagate", "pty", "quiet", "quit-on-interrupt",
+    "reboot", "resv-ports", "send-libs", "spread-job", "test-only", "unbuffered", "usage", "use-min-nodes",
+    "verbose", "version", "whole", "x11"
+}), "hlsuvEHOQVXZ", "kIK")
+
+
+def parse_options(args: list[str], table: Options, stop_at_operand: bool) -> tuple[list[tuple[str, str]], list[str]]:
+    """(option, value) pairs, long names where lint knows them, and the words left after the options.
+
+    `stop_at_operand`: srun ends its options at the command; `#SBATCH` lines have no operands.
+    A value-less option gets "" (so `-K` and `--kill-on-bad-exit` read as given).
+    """
+    found: list[tuple[str, str]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or arg == "-" or not arg.startswith("-"):  # getopt stops at `--`
+            if stop_at_operand or arg == "--":
+                return found, args[i + (arg == "--"):] if stop_at_operand else []
+        elif arg.startswith("--"):
+            key, eq, value = arg[2:].partition("=")
+            if not eq and key not in table.long_flags and i + 1 < len(args):
+                value, i = args[i + 1], i + 1
+            found.append((key, value))
+        else:
+            i = _short_options(args, i, table, found)
+        i += 1
+    return found, []
+
+
+def _short_options(args: list[str], i: int, table: Options, found: list[tuple[str, str]]) -> int:
+    """`-lK1`, `-N2`, `-N 2`: flags may be grouped; a value is the rest of the word or the next word."""
+    word = args[i]
+    for j, letter in enumerate(word[1:], start=1):
+        key = SHORT.get(letter, letter)
+        if letter in table.short_flags:
+            found.append((key, ""))
+            continue
+        value = word[j + 1:]
+        if letter not in table.short_optional and not value and i + 1 < len(args):
+            value, i = args[i + 1], i + 1
+        found.append((key, value))
+        return i
+    return i
+
+
+def _syntax(text: str) -> Iterator[tuple[int, str]]:
+    """Index and character of what bash reads as syntax: outside quotes, escapes and comments.
+
+    An unquoted backslash-newline (a line continuation) comes out as one item, both characters.
+    """
+    i, quote, word_start = 0, "", True
+    while i < len(text):
+        ch = text[i]
+        if quote == "'":
+            quote = "" if ch == "'" else quote
+        elif quote == '"':
+            if ch == "\\":
+                i += 1  # \" \\ \$ and backslash-newline: the next character is not syntax
+            elif ch == '"':
+                quote = ""
+        elif ch == "\\":
+            if text[i + 1:i + 2] == "\n":
+                yield i, "\\\n"
+            i += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and word_start:  # a comment: up to the newline, which is syntax again
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        else:
+            yield i, ch
+        word_start = not quote and ch in _WORD_BREAK
+        i += 1
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """Commands as bash reads them, numbered by their first physical line.
+
+    A line continuation outside quotes is removed (bash's own rule); a quoted string spanning
+    lines (`srun bash -c '...'`) stays one logical line, its text kept as written.
+    """
+    out: list[tuple[int, str]] = []
+    start, line, pieces = 0, 1, []
+    for i, item in _syntax(text):
+        if item == "\\\n":
+            pieces.append(text[start:i])
+            start = i + 2
+        elif item == "\n":
+            out.append((line, "".join(pieces) + text[start:i]))
+            line = text.count("\n", 0, i + 1) + 1
+            start, pieces = i + 1, []
+    rest = "".join(pieces) + text[start:]
+    if rest:
+        out.append((line, rest))
+    return out
+
+
+def commands(line: str) -> list[str]:
+    """The simple commands of one logical line: split at unquoted `;`, `&&`, `||`, `|` and `&`.
+
+    `&` and `|` that belong to a redirection (`2>&1`, `&>`, `>|`) do not split.
+    """
+    parts: list[str] = []
+    start = 0
+    for i, ch in _syntax(line):
+        redirect = (i > 0 and line[i - 1] in "<>") or (ch == "&" and line[i + 1:i + 2] == ">")
+        if ch in ";\n" or (ch in "&|" and not redirect):
+            parts.append(line[start:i])
+            start = i + 1
+    parts.append(line[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+@dataclass
+class Launch:
+    """One line that starts training: under srun or not, through a launcher or plain python."""
+
+    line: int
+    under_srun: bool
+    srun_opts: dict[str, str]
+    launcher: str | None  # "torchrun", "torch.distributed.launch" or None (plain python)
+    nproc_per_node: int | None
+    python: str
+    rdzv_endpoint: str | None = None
+    signals_to_handle: str | None = None
+    ignored: list[str] = field(default_factory=list)
+    """Signals the launcher ignores (`trap "" SIG` before `exec`)."""
+
+
+@dataclass
+class Script:
+    """What lint needs to know about a script."""
+
+    directives: dict[str, str] = field(default_factory=dict)
+    """The `#SBATCH` options sbatch reads, by long name: the last value given."""
+    directive_list: list[tuple[int, str, str]] = field(default_factory=list)
+    """Every (line, option, value) of those, in order: sbatch checks each one."""
+    late_directives: list[int] = field(default_factory=list)
+    """Lines of `#SBATCH` after the first command, which sbatch ignores."""
+    exports: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Variables set in the batch shell: (line, value)."""
+    task_exports: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Variables set inside each task (`srun bash -c '...'`)."""
+    launches: list[Launch] = field(default_factory=list)
+    rank_cases: list[int] = field(default_factory=list)
+    traps: list[str] = field(default_factory=list)
+
+
+def _launcher_args(args: list[str]) -> dict[str, str]:
+    """torchrun's `--opt=v`, `--opt v` and bare flags (a value is the next word unless it is an option)."""
+    into: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        key, eq, value = args[i].partition("=")
+        if key.startswith("--"):
+            if not eq and i + 1 < len(args) and not args[i + 1].startswith("-"):
+                value, i = args[i + 1], i + 1
+            into[key[2:]] = value
+        i += 1
+    return into
+
+
+def parse(text: str) -> Script:
+    script = Script()
+    _parse_body(text, script, first_line=1, srun=None, header=True)
+    return script
+
+
+def _parse_body(text: str, script: Script, first_line: int, srun: dict[str, str] | None, header: bool) -> None:
+    """`srun`: the options of the srun that runs this text (`srun bash -c '...'`), None in the batch shell."""
+    in_case, top = False, header
+    for number, line in logical_lines(text):
+        number += first_line - 1
+        stripped = line.strip()
+        if stripped.startswith("#SBATCH"):
+            if header:  # sbatch stops reading directives at the first command
+                for key, value in parse_options(sbatch_split(stripped[len("#SBATCH"):]), SBATCH, False)[0]:
+                    script.directives[key] = value
+                    script.directive_list.append((number, key, value))
+            elif top:
+                script.late_directives.append(number)
+            continue
+        if not stripped or stripped.startswith("#"):
+            continue
+        header = False
+        if stripped.startswith("case ") and _RANK_VARS_RE.search(stripped):
+            in_case = True
+        if in_case and "SOCKET_IFNAME" in stripped:
+            script.rank_cases.append(number)
+            in_case = False
+        if stripped.startswith("esac"):
+            in_case = False
+        _parse_command(number, stripped, script, srun)
+
+
+def _tokens(line: str) -> list[str]:
+    try:
+        return shlex.split(line, comments=True)
+    except ValueError:
+        return line.split()
+
+
+def _parse_command(number: int, line: str, script: Script, srun: dict[str, str] | None) -> None:
+    for part in commands(line):
+        words = _tokens(part)
+        while words and words[0] in _PREFIX_WORDS:  # `then srun ...`, `exec python ...`
+            words = words[1:]
+        if words and words[0] == "trap":
+            script.traps.append(part)
+        if words and words[0] == "export":
+            words = words[1:]
+        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+            key, _, value = words[0].partition("=")
+            (script.exports if srun is None else script.task_exports)[key] = (number, value)
+            words = words[1:]
+        launch = _parse_launch(number, words, script, srun)
+        if launch is not None:
+            script.launches.append(launch)
+
+
+def _parse_launch(number: int, words: list[str], script: Script, srun: dict[str, str] | None) -> Launch | None:
+    ignored: list[str] = []
+    if words and PurePosixPath(words[0]).name == "srun":
+        pairs, words = parse_options(words[1:], SRUN, True)
+        srun = dict(pairs)  # a later option wins, as with getopt
+    if len(words) >= 3 and PurePosixPath(words[0]).name in ("bash", "sh") and words[1] == "-c":
+        code = words[2]
+        if '"$@"' not in code:  # `srun bash -c '<script>'`: lint the inner script as run by each task
+            _parse_body(code, script, first_line=number, srun=srun, header=False)
+            return None
+        # `bash -c 'trap "" SIG; exec "$@"' NAME cmd...`: the command is the rest, signals ignored
+        ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code)
+        words = words[4:]
+    if not words:
+        return None
+    name = PurePosixPath(words[0]).name
+    launcher: str | None = None
+    rest = words[1:]
+    if name == "torchrun":
+        launcher = "torchrun"
+    elif _PYTHON_RE.match(name):
+        if len(rest) >= 2 and rest[0] == "-m" and rest[1] in _LAUNCH_MODULES:
+            launcher, rest = _LAUNCH_MODULES[rest[1]], rest[2:]
+        elif not rest or (rest[0].startswith("-") and rest[0] != "-u"):
+            return None  # `python -c ...`, `python --version`: not training
+    else:
+        return None
+    opts_map = _launcher_args([_dashes(w) for w in rest])
+    nproc = opts_map.get("nproc-per-node")
+    return Launch(number, srun is not None, srun or {}, launcher, int(nproc) if nproc and nproc.isdigit() else None,
+                  python=words[0], rdzv_endpoint=opts_map.get("rdzv-endpoint"),
+                  signals_to_handle=opts_map.get("signals-to-handle"), ignored=" ".join(ignored).split())
+
+
+def _dashes(word: str) -> str:
+    """`--nproc_per_node=8` -> `--nproc-per-node=8` (launchers accept both spellings)."""
+    if not word.startswith("--"):
+        return word
+    key, eq, value = word.partition("=")
+    return key.replace("_", "-") + eq + value
+
+

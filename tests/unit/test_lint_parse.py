@@ -1,0 +1,73 @@
+"""lint_parse: commands read with bash's quoting, options with sbatch's and srun's getopt tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchslurm.lint_parse import SBATCH, SRUN, commands, logical_lines, parse, parse_options
+
+
+def test_continuations_and_quoted_multiline_joined() -> None:
+    lines = logical_lines("srun \\\n  python a.py\nbash -c '\necho 1\n'\nls\n")
+    assert [n for n, _ in lines] == [1, 3, 6]
+    assert lines[0][1] == "srun   python a.py"  # bash drops backslash-newline outside quotes
+
+
+def test_continuation_inside_double_quotes_stays_in_the_string() -> None:
+    text = 'srun -K bash -c "cd /x && python t.py \\\n --lr 0.1"\necho done\n'
+    assert [n for n, _ in logical_lines(text)] == [1, 3]
+
+
+def test_hash_inside_a_multiline_quote_is_not_a_comment() -> None:
+    text = "srun bash -c '\n# set up\npython t.py\n'\nls\n"
+    assert [n for n, _ in logical_lines(text)] == [1, 5]
+
+
+def test_comment_with_an_apostrophe_does_not_open_a_quote() -> None:
+    assert [n for n, _ in logical_lines("srun python t.py  # it's here\nls\n")] == [1, 2]
+
+
+@pytest.mark.parametrize(("line", "parts"), [
+    ('srun bash -c "cd /x && python t.py"', ['srun bash -c "cd /x && python t.py"']),
+    ("cd /x && srun python t.py; echo 'a;b' || true", ["cd /x", "srun python t.py", "echo 'a;b'", "true"]),
+    ("srun python t.py 2>&1 | tee log &> all", ["srun python t.py 2>&1", "tee log &> all"]),
+    ("srun a & srun b & wait", ["srun a", "srun b", "wait"]),
+    ("srun python t.py # a; b", ["srun python t.py # a; b"]),
+])
+def test_commands_split_outside_quotes_only(line: str, parts: list[str]) -> None:
+    assert commands(line) == parts
+
+
+@pytest.mark.parametrize(("words", "opts", "rest"), [
+    ("--ntasks 4 python t.py", [("ntasks", "4")], ["python", "t.py"]),
+    ("--label --kill-on-bad-exit python t.py", [("label", ""), ("kill-on-bad-exit", "")], ["python", "t.py"]),
+    ("-lK1 -N2 -n 8 python", [("l", ""), ("kill-on-bad-exit", "1"), ("nodes", "2"), ("ntasks", "8")], ["python"]),
+    ("-K python", [("kill-on-bad-exit", "")], ["python"]),
+    ("--export ALL -- python -u", [("export", "ALL")], ["python", "-u"]),
+])
+def test_srun_options_end_at_the_command(words: str, opts: list[tuple[str, str]], rest: list[str]) -> None:
+    assert parse_options(words.split(), SRUN, True) == (opts, rest)
+
+
+def test_sbatch_option_that_takes_a_value_takes_the_next_word_whatever_it_is() -> None:
+    assert parse_options(["-N", "4", "--nodes", "-1", "--requeue", "--time", "10"], SBATCH, False) == (
+        [("nodes", "4"), ("nodes", "-1"), ("requeue", ""), ("time", "10")], [])
+
+
+def test_commands_inside_srun_bash_c_run_under_that_srun() -> None:
+    script = parse('#!/bin/bash\n#SBATCH -N 2\nsrun --kill-on-bad-exit=1 -l bash -c "export X=1; python t.py"\n')
+    (launch,) = script.launches
+    assert (launch.line, launch.under_srun, launch.srun_opts) == (3, True, {"kill-on-bad-exit": "1", "l": ""})
+    assert script.task_exports == {"X": (3, "1")} and script.exports == {}
+
+
+def test_every_directive_kept_with_its_line_and_late_ones_noted() -> None:
+    script = parse("#!/bin/bash\n#SBATCH -N 4\n#SBATCH --nodes=-1\necho hi\n#SBATCH --nodes=8\n")
+    assert script.directives == {"nodes": "-1"}
+    assert script.directive_list == [(2, "nodes", "4"), (3, "nodes", "-1")]
+    assert script.late_directives == [5]
+
+
+def test_shell_keywords_before_a_command() -> None:
+    script = parse("#!/bin/bash\nif true; then srun python t.py; fi\ntime python u.py\n")
+    assert [(ln.line, ln.under_srun) for ln in script.launches] == [(2, True), (3, False)]
