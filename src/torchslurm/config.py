@@ -62,31 +62,40 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "run_dir", Path(self.run_dir))
-        for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last"):
-            _require(name, getattr(self, name), getattr(self, name) >= 1, "at least 1", f"{name}=1")
-        for name in ("num_workers", "checkpoint_every_epochs", "checkpoint_every_steps", "log_every"):
-            _require(name, getattr(self, name), getattr(self, name) >= 0, "0 or more", f"{name}=0")
-        _require("lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "a positive number", "lr=0.01")
-        _require("grad_clip", self.grad_clip, self.grad_clip >= 0, "0 (off) or a positive norm", "grad_clip=1.0")
-        _choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
-        _choice("amp", self.amp, AMP_MODES)
-        if not self.resume:
-            raise ConfigError("resume='' is empty; expected auto, never or a checkpoint directory. "
-                              "HINT: resume=auto continues from the newest checkpoint in run_dir.")
+        problems = [
+            *(_require(name, getattr(self, name), getattr(self, name) >= 1, "at least 1", f"{name}=1")
+              for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last")),
+            *(_require(name, getattr(self, name), getattr(self, name) >= 0, "0 or more", f"{name}=0")
+              for name in ("num_workers", "checkpoint_every_epochs", "checkpoint_every_steps", "log_every")),
+            _require("lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "a positive number", "lr=0.01"),
+            _require("grad_clip", self.grad_clip, self.grad_clip >= 0, "0 (off) or a positive norm",
+                     "grad_clip=1.0"),
+            _choice("lr_scaling", self.lr_scaling, LR_SCALINGS),
+            _choice("amp", self.amp, AMP_MODES),
+            None if self.resume else ("resume='' is empty; expected auto, never or a checkpoint directory. "
+                                      "HINT: resume=auto continues from the newest checkpoint in run_dir."),
+        ]
+        _raise_all(problems)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (for checkpoints and logs)."""
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
 
 
-def _require(name: str, value: object, ok: bool, expected: str, example: str) -> None:
-    if not ok:
-        raise ConfigError(f"{name}={value!r}, expected {expected}. HINT: e.g. {example}.")
+def _require(name: str, value: object, ok: bool, expected: str, example: str) -> str | None:
+    return None if ok else f"{name}={value!r}, expected {expected}. HINT: e.g. {example}."
 
 
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {' | '.join(choices)}. HINT: {name}={choices[0]}.")
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> str | None:
+    if value in choices:
+        return None
+    return f"{name}={value!r} is not one of {' | '.join(choices)}. HINT: {name}={choices[0]}."
+
+
+def _raise_all(problems: Iterable[str | None]) -> None:
+    found = [p for p in problems if p]
+    if found:
+        raise ConfigError.combined(found)
 
 
 
@@ -113,14 +122,16 @@ class ExampleConfig:
     def __post_init__(self) -> None:
         if self.data_dir is not None:
             object.__setattr__(self, "data_dir", Path(self.data_dir))
-        _choice("dataset", self.dataset, DATASETS)
-        _choice("model", self.model, MODELS)
-        _require("momentum", self.momentum, 0 <= self.momentum < 1, "a number in [0, 1)", "momentum=0.9")
-        _require("val_fraction", self.val_fraction, 0 < self.val_fraction < 1, "a fraction in (0, 1)",
-                 "val_fraction=0.2")
-        if self.dataset in ("mnist", "imagefolder") and self.data_dir is None:
-            raise ConfigError(f"dataset={self.dataset} needs data_dir, which is not set. "
-                              f"HINT: add data_dir=/path/to/{self.dataset} (a directory every rank can read).")
+        needs_dir = self.dataset in ("mnist", "imagefolder") and self.data_dir is None
+        _raise_all([
+            _choice("dataset", self.dataset, DATASETS),
+            _choice("model", self.model, MODELS),
+            _require("momentum", self.momentum, 0 <= self.momentum < 1, "a number in [0, 1)", "momentum=0.9"),
+            _require("val_fraction", self.val_fraction, 0 < self.val_fraction < 1, "a fraction in (0, 1)",
+                     "val_fraction=0.2"),
+            (f"dataset={self.dataset} needs data_dir, which is not set. HINT: add data_dir=/path/to/"
+             f"{self.dataset} (a directory every rank can read).") if needs_dir else None,
+        ])
 
     @property
     def resolved_model(self) -> str:
@@ -188,11 +199,23 @@ def build(values: Mapping[str, Any], source: str = "key=value") -> tuple[Example
     if unknown:
         raise unknown_keys_error(source, unknown, valid_keys())
     parts: list[dict[str, Any]] = [{}, {}]
+    problems: list[str] = []
     for i, cls in enumerate((ExampleConfig, TrainConfig)):
         for name, kind in _field_types(cls).items():
             if name in values:
-                parts[i][name] = _coerce(name, kind, values[name], source)
-    return ExampleConfig(**parts[0]), TrainConfig(**parts[1])
+                try:
+                    parts[i][name] = _coerce(name, kind, values[name], source)
+                except ConfigError as exc:
+                    problems.extend(exc.problems)
+    _raise_all(problems)
+    built: list[Any] = []
+    for cls, part in zip((ExampleConfig, TrainConfig), parts, strict=True):
+        try:
+            built.append(cls(**part))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    _raise_all(problems)
+    return built[0], built[1]
 
 
 def load(path: Path | None = None, overrides: Sequence[str] = (), defaults: Mapping[str, Any] | None = None,

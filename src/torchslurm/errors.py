@@ -3,6 +3,10 @@
 Every message says what was set, the rule it broke, then `HINT:` with the exact fix.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 
 class TorchSlurmError(Exception):
     """Base class: an expected failure whose message is meant for the user.
@@ -17,7 +21,21 @@ class TorchSlurmError(Exception):
 
 
 class ConfigError(TorchSlurmError, ValueError):
-    """A value given by the user (flag, config file, job spec) is invalid."""
+    """A value given by the user (flag, config file, job spec) is invalid.
+
+    `problems`: one message per invalid value when several are reported at once (see `combined`).
+    """
+
+    def __init__(self, message: str, exit_code: int = 2, problems: Sequence[str] = ()) -> None:
+        super().__init__(message, exit_code)
+        self.problems = tuple(problems) or (message,)
+
+    @classmethod
+    def combined(cls, problems: Sequence[str]) -> ConfigError:
+        """One error for every invalid value, each on its own line, so that all are fixed in one go."""
+        if len(problems) == 1:
+            return cls(problems[0])
+        return cls(f"{len(problems)} invalid settings:\n  " + "\n  ".join(problems), problems=problems)
 
 
 class EnvError(TorchSlurmError):

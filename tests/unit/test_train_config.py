@@ -90,3 +90,21 @@ def test_seed_flags_sit_between_file_and_key_value(tmp_path: Path) -> None:
                               "--lr", "0.2", "lr=0.3"])
     _, cfg = config.from_arguments(args, {"seed": 5})
     assert (cfg.epochs, cfg.lr, cfg.batch_size, cfg.run_dir, cfg.seed) == (2, 0.3, 8, Path("ck"), 5)
+
+
+def test_every_invalid_setting_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as raised:
+        config.load(overrides=["epochs=-3", "batch_size=0", "amp=fp8", "dataset=mnist"])
+    lines = str(raised.value).splitlines()
+    assert lines[0] == "4 invalid settings:"
+    assert lines[1:] == [
+        "  dataset=mnist needs data_dir, which is not set. HINT: add data_dir=/path/to/mnist (a directory every "
+        "rank can read).",
+        "  epochs=-3, expected at least 1. HINT: e.g. epochs=1.",
+        "  batch_size=0, expected at least 1. HINT: e.g. batch_size=1.",
+        "  amp='fp8' is not one of off | bf16 | fp16. HINT: amp=off.",
+    ]
+    assert len(raised.value.problems) == 4
+    with pytest.raises(ConfigError, match=r"^2 invalid settings:\n  epochs='x' in key=value: expected an integer\. "
+                                          r"HINT: e\.g\. epochs=3\.\n  lr='abc' in key=value: expected a number"):
+        config.load(overrides=["epochs=x", "lr=abc"])
