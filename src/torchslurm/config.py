@@ -75,7 +75,7 @@ class TrainConfig:
             None if self.resume else ("resume='' is empty; expected auto, never or a checkpoint directory. "
                                       "HINT: resume=auto continues from the newest checkpoint in run_dir."),
         ]
-        _raise_all(problems)
+        ConfigError.raise_any(problems)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (for checkpoints and logs)."""
@@ -90,12 +90,6 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> str | None:
     if value in choices:
         return None
     return f"{name}={value!r} is not one of {' | '.join(choices)}. HINT: {name}={choices[0]}."
-
-
-def _raise_all(problems: Iterable[str | None]) -> None:
-    found = [p for p in problems if p]
-    if found:
-        raise ConfigError.combined(found)
 
 
 
@@ -123,7 +117,7 @@ class ExampleConfig:
         if self.data_dir is not None:
             object.__setattr__(self, "data_dir", Path(self.data_dir))
         needs_dir = self.dataset in ("mnist", "imagefolder") and self.data_dir is None
-        _raise_all([
+        ConfigError.raise_any([
             _choice("dataset", self.dataset, DATASETS),
             _choice("model", self.model, MODELS),
             _require("momentum", self.momentum, 0 <= self.momentum < 1, "a number in [0, 1)", "momentum=0.9"),
@@ -207,14 +201,14 @@ def build(values: Mapping[str, Any], source: str = "key=value") -> tuple[Example
                     parts[i][name] = _coerce(name, kind, values[name], source)
                 except ConfigError as exc:
                     problems.extend(exc.problems)
-    _raise_all(problems)
+    ConfigError.raise_any(problems)
     built: list[Any] = []
     for cls, part in zip((ExampleConfig, TrainConfig), parts, strict=True):
         try:
             built.append(cls(**part))
         except ConfigError as exc:
             problems.extend(exc.problems)
-    _raise_all(problems)
+    ConfigError.raise_any(problems)
     return built[0], built[1]
 
 

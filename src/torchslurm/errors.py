@@ -5,7 +5,7 @@ Every message says what was set, the rule it broke, then `HINT:` with the exact 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 class TorchSlurmError(Exception):
@@ -36,6 +36,13 @@ class ConfigError(TorchSlurmError, ValueError):
         if len(problems) == 1:
             return cls(problems[0])
         return cls(f"{len(problems)} invalid settings:\n  " + "\n  ".join(problems), problems=problems)
+
+    @classmethod
+    def raise_any(cls, problems: Iterable[str | None]) -> None:
+        """Raise `combined` of the problems found (None: that check passed); nothing when none were."""
+        found = [p for p in problems if p]
+        if found:
+            raise cls.combined(found)
 
 
 class EnvError(TorchSlurmError):

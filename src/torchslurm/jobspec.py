@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,10 +111,8 @@ class JobSpec:
         object.__setattr__(self, "args", tuple(str(a) for a in _as_sequence("args", self.args)))
         object.__setattr__(self, "setup", tuple(str(s) for s in _as_sequence("setup", self.setup)))
         object.__setattr__(self, "env", dict(sorted(_check_env(self.env).items())))
-        _check_types(self)
-        _check_choices(self)
-        _check_ranges(self)
-        _check_text(self)
+        ConfigError.raise_any(_type_problems(self))  # the other checks compare values of the right type
+        ConfigError.raise_any([*_choice_problems(self), *_range_problems(self), *_text_problems(self)])
 
     @property
     def ranks_per_node(self) -> int:
@@ -245,104 +243,97 @@ def _check_env(env: object) -> dict[str, str]:
     return out
 
 
-def _check_types(spec: JobSpec) -> None:
+def _type_problems(spec: JobSpec) -> Iterator[str]:
     for name in _INT_FIELDS + _OPT_INT_FIELDS:
         value = getattr(spec, name)
-        if value is None and name in _OPT_INT_FIELDS:
-            continue
-        if isinstance(value, int) and not isinstance(value, bool):
-            continue
-        raise ConfigError(f"{name}={value!r} is not an integer. HINT: write {name}: 2 (a whole number).")
+        if not (value is None and name in _OPT_INT_FIELDS) and (isinstance(value, bool) or not isinstance(value, int)):
+            yield f"{name}={value!r} is not an integer. HINT: write {name}: 2 (a whole number)."
     for name in _BOOL_FIELDS:
         if not isinstance(getattr(spec, name), bool):
-            raise ConfigError(f"{name}={getattr(spec, name)!r} is not true/false. HINT: write {name}: true.")
+            yield f"{name}={getattr(spec, name)!r} is not true/false. HINT: write {name}: true."
     for name in _STR_FIELDS + _OPT_STR_FIELDS:
         value = getattr(spec, name)
         if isinstance(value, int | float) and not isinstance(value, bool) and name in ("time", "mem"):
             object.__setattr__(spec, name, str(value))  # `time: 90` in YAML means 90 minutes
         elif not (isinstance(value, str) or (value is None and name in _OPT_STR_FIELDS)):
-            raise ConfigError(f"{name}={value!r} is not a string. HINT: quote it: {name}: \"...\".")
+            yield f"{name}={value!r} is not a string. HINT: quote it: {name}: \"...\"."
     if spec.lr is not None and (isinstance(spec.lr, bool) or not isinstance(spec.lr, int | float)):
-        raise ConfigError(f"lr={spec.lr!r} is not a number. HINT: write lr: 0.001.")
+        yield f"lr={spec.lr!r} is not a number. HINT: write lr: 0.001."
 
 
-def _choice(name: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}. "
-                          f"HINT: set {name} to one of: {', '.join(choices)}.")
+def _choice(name: str, value: str, choices: Sequence[str]) -> str | None:
+    if value in choices:
+        return None
+    return f"{name}={value!r} is not one of {', '.join(choices)}. HINT: set {name} to one of: {', '.join(choices)}."
 
 
-def _check_choices(spec: JobSpec) -> None:
-    _choice("launch", spec.launch, LAUNCH_MODES)
-    _choice("backend", spec.backend, BACKENDS)
-    _choice("gpu_flag", spec.gpu_flag, GPU_FLAGS)
+def _choice_problems(spec: JobSpec) -> Iterator[str | None]:
+    yield _choice("launch", spec.launch, LAUNCH_MODES)
+    yield _choice("backend", spec.backend, BACKENDS)
+    yield _choice("gpu_flag", spec.gpu_flag, GPU_FLAGS)
     object.__setattr__(spec, "signal", spec.signal.upper().removeprefix("SIG"))
-    _choice("signal", spec.signal, SIGNALS)
+    yield _choice("signal", spec.signal, SIGNALS)
     if spec.time is not None:
-        parse_time(spec.time)
+        try:
+            parse_time(spec.time)
+        except ConfigError as exc:
+            yield from exc.problems
     if spec.mem is not None and not _MEM_RE.match(spec.mem):
-        raise ConfigError(f"mem={spec.mem!r} is not a Slurm memory size. HINT: write e.g. mem: 32G "
-                          "(a number with optional K, M, G or T; 0 means all memory of the node).")
+        yield (f"mem={spec.mem!r} is not a Slurm memory size. HINT: write e.g. mem: 32G "
+               "(a number with optional K, M, G or T; 0 means all memory of the node).")
     if spec.array is not None and not _ARRAY_RE.match(spec.array):
-        raise ConfigError(f"array={spec.array!r} is not a Slurm array range. "
-                          "HINT: write e.g. array: 0-9, array: 1,3,5 or array: 0-15%4.")
+        yield (f"array={spec.array!r} is not a Slurm array range. "
+               "HINT: write e.g. array: 0-9, array: 1,3,5 or array: 0-15%4.")
 
 
-def _check_ranges(spec: JobSpec) -> None:
+def _range_problems(spec: JobSpec) -> Iterator[str]:
     minimum = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1, "nproc_per_node": 1,
                "cpus_per_task": 1, "grace_s": 1, "max_requeues": 0, "max_restarts": 0, "batch_size": 1}
     for name, low in minimum.items():
         value = getattr(spec, name)
         if value is not None and value < low:
-            raise ConfigError(f"{name}={value} is below {low}. HINT: set {name} to at least {low}.")
+            yield f"{name}={value} is below {low}. HINT: set {name} to at least {low}."
     if spec.max_restarts and spec.launch != "torchrun":
-        raise ConfigError(
-            f"max_restarts={spec.max_restarts} with launch={spec.launch!r}: only torchrun's agent restarts "
-            "workers. HINT: in srun mode a failed rank ends the step (--kill-on-bad-exit) and the job is "
-            "requeued (preemptible: true, max_requeues); or set launch: torchrun."
-        )
+        yield (f"max_restarts={spec.max_restarts} with launch={spec.launch!r}: only torchrun's agent restarts "
+               "workers. HINT: in srun mode a failed rank ends the step (--kill-on-bad-exit) and the job is "
+               "requeued (preemptible: true, max_requeues); or set launch: torchrun.")
     if spec.nproc_per_node is not None and spec.launch != "torchrun":
-        raise ConfigError(
-            f"nproc_per_node={spec.nproc_per_node} with launch={spec.launch!r}: only torchrun starts "
-            "several processes per task. HINT: use tasks_per_node in srun mode, or set launch: torchrun."
-        )
+        yield (f"nproc_per_node={spec.nproc_per_node} with launch={spec.launch!r}: only torchrun starts "
+               "several processes per task. HINT: use tasks_per_node in srun mode, or set launch: torchrun.")
 
 
-def _check_text(spec: JobSpec) -> None:
+def _text_problems(spec: JobSpec) -> Iterator[str | None]:
     """Newlines or NULs would end a `#SBATCH` or command line early; the rest would run as shell code."""
     values: list[tuple[str, str]] = [(n, getattr(spec, n)) for n in _STR_FIELDS + _OPT_STR_FIELDS
                                      if getattr(spec, n) is not None]
     values += [("args", a) for a in spec.args] + [("setup", s) for s in spec.setup]
     values += [(f"env.{k}", v) for k, v in spec.env.items()]
     for name, value in values:
-        _check_encodable(name, value)
+        yield _encoding_problem(name, value)
         bad = next((c for c in ("\n", "\r", "\0") if c in value), None)
         if bad is not None:
-            raise ConfigError(
-                f"{name}={value!r} contains {bad!r}; a job script line cannot hold it safely. "
-                f"HINT: remove the line break from {name} (for several setup lines give a list)."
-            )
+            yield (f"{name}={value!r} contains {bad!r}; a job script line cannot hold it safely. "
+                   f"HINT: remove the line break from {name} (for several setup lines give a list).")
     if "/" in spec.name:
-        raise ConfigError(f"name={spec.name!r} contains '/'; Slurm puts the name into log file names (%x). "
-                          "HINT: use a name without '/', e.g. " + repr(spec.name.replace("/", "-")) + ".")
+        yield (f"name={spec.name!r} contains '/'; Slurm puts the name into log file names (%x). "
+               "HINT: use a name without '/', e.g. " + repr(spec.name.replace("/", "-")) + ".")
     for name in ("script", "python"):
         if getattr(spec, name).startswith("-"):
             # srun would read `python` as one of its options, python would read `script` as one of its own
             # (`-c CODE` runs the next argument as code)
             value = getattr(spec, name)
-            raise ConfigError(f"{name}={value!r} starts with '-', so it would be read as an option, not a path. "
-                              f"HINT: write it as a path: {name}: ./{value}.")
+            yield (f"{name}={value!r} starts with '-', so it would be read as an option, not a path. "
+                   f"HINT: write it as a path: {name}: ./{value}.")
     for name in ("script", "name", "python", "output"):
         if not getattr(spec, name).strip():
-            raise ConfigError(f"{name} is empty. HINT: give a value for {name}.")
+            yield f"{name} is empty. HINT: give a value for {name}."
 
 
-def _check_encodable(name: str, value: str) -> None:
+def _encoding_problem(name: str, value: str) -> str | None:
     """A lone surrogate (e.g. from a mis-decoded file name) cannot be written into a UTF-8 script."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ConfigError(
-            f"{name}={value!r} holds {value[exc.start]!r}, which cannot be written as UTF-8 into a job script. "
-            f"HINT: give {name} as plain text; file names must decode as UTF-8."
-        ) from None
+        return (f"{name}={value!r} holds {value[exc.start]!r}, which cannot be written as UTF-8 into a job script. "
+                f"HINT: give {name} as plain text; file names must decode as UTF-8.")
+    return None
