@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ class TrainConfig:
     """Optimizer steps between progress lines and metrics.jsonl step records (0: off)."""
 
     def __post_init__(self) -> None:
+        ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
         object.__setattr__(self, "run_dir", Path(self.run_dir))
         problems = [
             *(_require(name, getattr(self, name), getattr(self, name) >= 1, "at least 1", f"{name}=1")
@@ -114,6 +115,7 @@ class ExampleConfig:
     """Share of digits/synthetic held out for validation (mnist uses its own test set)."""
 
     def __post_init__(self) -> None:
+        ConfigError.raise_any(_type_problems(self))
         if self.data_dir is not None:
             object.__setattr__(self, "data_dir", Path(self.data_dir))
         needs_dir = self.dataset in ("mnist", "imagefolder") and self.data_dir is None
@@ -132,6 +134,15 @@ class ExampleConfig:
         if self.model != "auto":
             return self.model
         return {"synthetic": "simple", "imagefolder": "resnet18"}.get(self.dataset, "convnet")
+
+
+def _type_problems(config: TrainConfig | ExampleConfig) -> Iterator[str]:
+    """A value of the wrong type, per field (the CLI's values are coerced already; the Python API's may not be)."""
+    for name, kind in _field_types(type(config)).items():
+        try:
+            _coerce(name, kind, getattr(config, name), type(config).__name__)
+        except ConfigError as exc:
+            yield from exc.problems
 
 
 def _field_types(cls: type) -> dict[str, str]:

@@ -169,9 +169,10 @@ def report(facts: Facts, checks: Sequence[Check]) -> Report:
 
 
 def missing_ranks(reports: Sequence[Report]) -> list[int]:
-    """Ranks that should have reported (0 … world_size-1 of the largest world seen) but did not."""
-    expected = max((r.world_size or 1 for r in reports), default=0)
-    return sorted(set(range(expected)) - {r.rank for r in reports})
+    """Ranks that should have reported (0 … world_size-1 of the largest world seen) but did not;
+    none when no report knows its placement."""
+    expected = max((r.world_size for r in reports if r.world_size is not None), default=0)
+    return sorted(set(range(expected)) - {r.rank for r in reports if r.rank is not None})
 
 
 # ---- helpers -------------------------------------------------------------------------------------

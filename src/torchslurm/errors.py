@@ -33,6 +33,7 @@ class ConfigError(TorchSlurmError, ValueError):
     @classmethod
     def combined(cls, problems: Sequence[str]) -> ConfigError:
         """One error for every invalid value, each on its own line, so that all are fixed in one go."""
+        assert problems, "combined() needs at least one problem"
         if len(problems) == 1:
             return cls(problems[0])
         return cls(f"{len(problems)} invalid settings:\n  " + "\n  ".join(problems), problems=problems)

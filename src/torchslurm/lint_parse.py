@@ -3,7 +3,8 @@
 Reads the `#SBATCH` directives with sbatch's own tokenizer and option table, and the commands
 with bash's quoting (single and double quotes, backslash escapes, `#` comments, line
 continuations), so a `;`, `&&` or continuation inside `srun bash -c "..."` stays part of the
-quoted string, and the commands inside it run under that srun, with its options. Options follow
+quoted string, and the commands inside it run under that srun, with its options. Not read as bash
+does: heredoc bodies and `$'...'`, where a lone quote can hide the lines after it. Options follow
 GNU getopt as sbatch and srun use it: an option that takes a value takes the next word whatever it
 looks like (`--nodes -1`), one that takes none never does.
 """

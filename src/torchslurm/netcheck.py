@@ -31,16 +31,16 @@ def check_master_addr(facts: Facts) -> Check:
         return skipped("master_addr")
     master = master_name(env, facts.environ)
     nodes = num_nodes(env, facts.environ)
+    hard_coded = bool(facts.environ.get("MASTER_ADDR"))
+    given = f"MASTER_ADDR={master}" if hard_coded else f"MASTER_ADDR (unset; torchslurm uses {master})"
     if facts.resolve_error:
         return from_error("master_addr", EnvError(facts.resolve_error), value=master)
     if not facts.master_ips:
-        return Check("master_addr", "fail", f"MASTER_ADDR={master!r} resolves to no address here.",
+        return Check("master_addr", "fail", f"{given} resolves to no address here.",
                      "use a node name of this job or an IP address.", master)
-    given = (f"MASTER_ADDR={master}" if facts.environ.get("MASTER_ADDR")
-             else f"MASTER_ADDR (unset; torchslurm uses {master})")
     shown = f"{given} resolves to {', '.join(facts.master_ips)} on {facts.hostname}"
     first = first_node(env, facts.environ)
-    if (first and master != first and facts.first_node_ips and "MASTER_ADDR" in facts.environ
+    if (first and master != first and facts.first_node_ips and hard_coded
             and not set(facts.master_ips) & set(facts.first_node_ips)):
         return Check("master_addr", "fail", f"{shown}, but rank 0 runs on {first} ({facts.first_node_ips[0]}), the "
                      "first node of this Slurm step: rank 0 starts the store there while the others wait at "

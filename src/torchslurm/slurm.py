@@ -48,7 +48,7 @@ def run_command(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = N
 _UNREACHABLE = ("Could not establish a configuration source", "Unable to process configuration file",
                 "Unable to contact slurm controller",
                 "Socket timed out", "Connection refused", "Zero Bytes were transmitted")
-_JOB_ID = re.compile(r"\d+(?:_\d+)?(?:\+\d+)?")
+_JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,%-]+\]))?(?:\+[0-9]+)?")
 
 
 def failure_hint(stderr: str) -> str:
@@ -61,7 +61,8 @@ def failure_hint(stderr: str) -> str:
 
 
 def check_job_id(job_id: str) -> str:
-    """A Slurm job id as squeue/scontrol/scancel take it: 12345, 12345_7 (array task), 12345+1 (het)."""
+    """A Slurm job id as squeue/scontrol/scancel take it: 12345, 12345_7 or 12345_[1-3] (array
+    tasks), 12345+1 (a heterogeneous job's component)."""
     if not _JOB_ID.fullmatch(job_id.strip()):
         raise SlurmError(f"job id {job_id!r} is not a Slurm job id: expected digits, e.g. 12345, or 12345_7 for "
                          "an array task. HINT: `torchslurm status` lists your jobs and their ids.")
@@ -187,7 +188,8 @@ class SlurmClient:
 
     def show_job(self, job_id: str) -> dict[str, str]:
         """`scontrol show job -o JOB` fields (finished jobs stay visible for MinJobAge)."""
-        result = self._call(["scontrol", "show", "job", "-o", check_job_id(job_id)], check=False)
+        job_id = check_job_id(job_id)
+        result = self._call(["scontrol", "show", "job", "-o", job_id], check=False)
         if result.returncode != 0 and "Invalid job id" in result.stderr:
             raise SlurmError(f"job {job_id} is unknown to Slurm: {result.stderr.strip()}. HINT: it may have "
                              "finished more than MinJobAge ago (`scontrol show config | grep MinJobAge`); "

@@ -47,6 +47,8 @@ STORE_TIMEOUT_S = 5.0
 HEARTBEAT_TIMEOUT_S = 1.0
 """The heartbeat's store calls give up quickly. After a failure it reconnects only while rank 0's
 store still accepts connections: a dead or cut-off store stays so."""
+MAX_HEARTBEAT_RECONNECTS = 5
+"""Consecutive failed heartbeats after which the heartbeat gives up even though the store answers."""
 EXIT_DEADLINE_S = 15.0
 """After a failed collective the process is gone within this many seconds, whatever blocks: the
 bound on a hang is the process group timeout + EXIT_DEADLINE_S."""
@@ -179,14 +181,18 @@ class Watchdog:
 
     def _beat(self, store: Store) -> None:
         key = _BEAT.format(self.ctx.rank)
+        failures = 0
         while not self._stop.wait(self.interval_s):
             try:
                 store.add(key, 1)
+                failures = 0
             except Exception:
                 # A store that still accepts connections was only slow (a loaded host): a new client,
-                # since a timed-out request leaves the old one out of step. Gone or cut off: the
-                # diagnosis says so, and reconnect attempts would each log a C++ stack trace.
-                if self._stop.is_set() or self.store_reachability() != "ok":
+                # since a timed-out request leaves the old one out of step. Gone, cut off or failing
+                # every time: the diagnosis says so, and reconnect attempts would each log a C++ stack
+                # trace and load a store that is already slow.
+                failures += 1
+                if failures > MAX_HEARTBEAT_RECONNECTS or self.store_reachability() != "ok" or self._stop.is_set():
                     logger.debug("heartbeat of rank %d failed; it stops", self.ctx.rank, exc_info=True)
                     return
                 logger.debug("heartbeat of rank %d timed out; reconnecting", self.ctx.rank, exc_info=True)

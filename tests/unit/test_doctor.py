@@ -353,21 +353,36 @@ def test_rank_reports_survive_interleaving_as_parts_shorter_than_srun_chunks() -
     for env in ({**SRUN, "SLURM_PROCID": "0"}, {**SRUN, "GLOO_SOCKET_IFNAME": "eth0"}):
         f = facts(env)
         results.append(doctor.report(f, doctor.run_checks(f)))
-    first, second = (report_parts(r) for r in results)
+    first, second = (report_parts(r, f"node2:{pid}") for pid, r in enumerate(results))
     assert len(first) > 1 and all(len(line.encode()) < 1024 and line.endswith("\n") for line in first + second)
     interleaved = [line for pair in zip(reversed(first), second, strict=False) for line in pair]
     interleaved += first[: len(first) - len(second)] if len(first) > len(second) else second[len(first):]
-    assert reports_from_parts(interleaved) == sorted(results, key=lambda r: r.rank or 0)
-    assert reports_from_parts(first[1:] + second) == [results[1]]  # an incomplete report is dropped
+    assert reports_from_parts(interleaved) == (sorted(results, key=lambda r: r.rank or 0), 0)
+    assert reports_from_parts(first[1:] + second) == ([results[1]], 1)  # an incomplete report is counted
+    labelled = [f"{n}: {line}" for n, line in enumerate(second)]  # srun --label (SLURM_LABELIO=1)
+    assert reports_from_parts(labelled) == ([results[1]], 0)
+
+
+def test_parts_of_processes_that_claim_the_same_rank_stay_apart_and_garbage_is_counted() -> None:
+    from torchslurm.cli.doctor import report_parts, reports_from_parts
+
+    f = facts({**SRUN, "RANK": "0"})  # an exported RANK: every task claims rank 0 (or placement fails)
+    result = doctor.report(f, doctor.run_checks(f))
+    a, b = report_parts(result, "node1:11"), report_parts(result, "node2:22")
+    assert reports_from_parts([*a, *b]) == ([result, result], 0)
+    mangled = ["@torchslurm-doctor-part node3:33 0 1", "@torchslurm-doctor-part node3:33 x 2 {",
+               "@torchslurm-doctor-part node4:44 5 1 {}", "@torchslurm-doctor-part node5:55 0 1 {not json"]
+    assert reports_from_parts([*a, *mangled]) == ([result], 3)  # node3 (no count), node4 (no part 0), node5
 
 
 def test_missing_ranks_are_those_of_the_largest_world_that_did_not_report() -> None:
-    def rank(r: int, world: int) -> doctor.Report:
+    def rank(r: int | None, world: int | None) -> doctor.Report:
         return doctor.Report("n1", r, world, "srun", ())
 
     assert doctor.missing_ranks([rank(0, 4), rank(2, 4)]) == [1, 3]
     assert doctor.missing_ranks([rank(1, 2), rank(0, 2)]) == []
     assert doctor.missing_ranks([]) == []
+    assert doctor.missing_ranks([rank(None, None), rank(None, None)]) == []  # placement unknown everywhere
 
 
 def test_gather_records_this_machine() -> None:

@@ -115,7 +115,7 @@ def test_no_controller_or_no_config_is_said_so_not_blamed_on_the_job(command: st
     assert "unknown to Slurm" not in str(raised.value)
 
 
-@pytest.mark.parametrize("job_id", ["notajob", "12 34", "-1", "12345;rm", ""])
+@pytest.mark.parametrize("job_id", ["notajob", "12 34", "-1", "12345;rm", "", "١٢٣", "12345_[1-3"])
 def test_a_malformed_job_id_is_refused_before_slurm_runs(job_id: str) -> None:
     run = FakeRun({})
     for call in (lambda c: c.status(job_id), lambda c: c.cancel(job_id), lambda c: c.queue(job_id)):
@@ -123,7 +123,7 @@ def test_a_malformed_job_id_is_refused_before_slurm_runs(job_id: str) -> None:
                                              r"digits.*HINT: `torchslurm status` lists"):
             call(SlurmClient(run=run))
     assert run.calls == []
-    for good in ("12345", "12345_7", "12345+1"):
+    for good in ("12345", "12345_7", "12345_[1-3,5]", "12345+1"):
         SlurmClient(run=FakeRun({"scancel": (0, "", "")})).cancel(good)
 
 
@@ -205,7 +205,8 @@ def test_slurm_flags_after_the_script_are_refused_unless_forced(tmp_path: Path, 
     result = without_torch("script", "t.py", "--nodes", "4", "--lr", "0.1", "--time=10", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert ("error: [misplaced-flag] --nodes comes after t.py, so t.py gets it and the job spec does not. "
-            "HINT: put torchslurm's flags before the script (--nodes ... t.py ...)") in result.stderr
+            "HINT: put torchslurm's flags before the script (--nodes ... t.py ...); if t.py itself takes "
+            "--nodes, give --force before t.py") in result.stderr
     assert "[misplaced-flag] --time comes after t.py" in result.stderr and "--lr" not in result.stderr
     forced = without_torch("script", "--force", "t.py", "--nodes", "4", cwd=tmp_path)
     assert forced.returncode == 0 and "t.py --nodes 4" in forced.stdout and "--nodes=1" in forced.stdout
@@ -218,7 +219,7 @@ def test_a_setup_line_that_breaks_bash_is_an_error_before_sbatch(tmp_path: Path,
     assert broken.returncode == 2 and broken.stdout == ""
     assert "error: [shell-syntax] the rendered script is not valid bash: bash: line " in broken.stderr
     assert "unexpected EOF while looking for matching" in broken.stderr
-    assert "HINT: check the setup lines" in broken.stderr
+    assert "HINT: check the setup lines" in broken.stderr and "`torchslurm script --force ...`" in broken.stderr
     fine = without_torch("script", "--setup", 'echo "hi"', "--env", 'A=b"c', "t.py", cwd=tmp_path, path="/usr/bin:/bin")
     assert fine.returncode == 0 and "shell-syntax" not in fine.stderr
 

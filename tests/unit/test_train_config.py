@@ -108,3 +108,10 @@ def test_every_invalid_setting_is_reported_at_once() -> None:
     with pytest.raises(ConfigError, match=r"^2 invalid settings:\n  epochs='x' in key=value: expected an integer\. "
                                           r"HINT: e\.g\. epochs=3\.\n  lr='abc' in key=value: expected a number"):
         config.load(overrides=["epochs=x", "lr=abc"])
+
+
+def test_the_python_api_gets_a_config_error_for_a_wrong_type_not_a_type_error() -> None:
+    with pytest.raises(ConfigError, match=r"^lr=None in TrainConfig: expected a number\. HINT: e\.g\. lr=0\.01\.$"):
+        TrainConfig(epochs=0, lr=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^2 invalid settings:\n  dataset=None in ExampleConfig: expected text"):
+        ExampleConfig(dataset=None, momentum="high")  # type: ignore[arg-type]

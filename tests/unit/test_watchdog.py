@@ -54,8 +54,8 @@ def test_message_when_every_rank_still_beats() -> None:
     assert text.startswith("a collective failed with ranks 2, 3 on node2 (198.18.0.12) while every rank")
 
 
-class _OnceSlowStore:
-    """A store client whose first add times out, as on a loaded store host."""
+class _SlowStore:
+    """A store client whose every add times out, as on a loaded store host."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -65,7 +65,7 @@ class _OnceSlowStore:
         raise RuntimeError("Socket Timeout")
 
 
-def _heartbeat_against(store_port: int) -> tuple[Watchdog, threading.Thread, _OnceSlowStore]:
+def _heartbeat_against(store_port: int, reconnects_slow: bool = False) -> tuple[Watchdog, threading.Thread, _SlowStore]:
     import torch
 
     from torchslurm.distenv import detect
@@ -74,7 +74,9 @@ def _heartbeat_against(store_port: int) -> tuple[Watchdog, threading.Thread, _On
     env = detect({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                   "MASTER_PORT": str(store_port)})
     dog = Watchdog(DistContext(env, torch.device("cpu"), "gloo", {}), interval_s=0.05)
-    slow = _OnceSlowStore()
+    slow = _SlowStore()
+    if reconnects_slow:
+        dog._store = lambda timeout_s=0.0: slow  # type: ignore[method-assign,assignment]
     beat = threading.Thread(target=dog._beat, args=(slow,), daemon=True)
     beat.start()
     return dog, beat, slow
@@ -104,3 +106,14 @@ def test_a_heartbeat_whose_store_is_gone_stops() -> None:
         _, beat, slow = _heartbeat_against(port)
         beat.join(timeout=30)
     assert slow.calls == 1 and not beat.is_alive()
+
+
+def test_a_heartbeat_that_fails_every_time_although_the_store_answers_gives_up() -> None:
+    from torch.distributed import TCPStore
+
+    from torchslurm.watchdog import MAX_HEARTBEAT_RECONNECTS
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    _, beat, slow = _heartbeat_against(server.port, reconnects_slow=True)  # every new client is slow too
+    beat.join(timeout=30)
+    assert not beat.is_alive() and slow.calls == MAX_HEARTBEAT_RECONNECTS + 1

@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -72,61 +73,84 @@ def check_ranks(args: argparse.Namespace) -> int:
     rank_args = [*(["--connect"] if args.connect else []), "--timeout", str(args.timeout),
                  *(["--backend", args.backend] if args.backend else [])]
     nproc = ["--nproc", str(args.nproc)] if args.nproc is not None else []
-    reports, exit_code = _collect([sys.executable, "-m", "torchslurm", "run", *nproc, __file__, *rank_args])
+    reports, unreadable, exit_code = _collect([sys.executable, "-m", "torchslurm", "run", *nproc, __file__,
+                                               *rank_args])
     if not reports:
         print(f"error: no rank reported (torchslurm run exited with code {exit_code}). HINT: the lines "
               "above say why; `torchslurm doctor` without --ranks checks this process alone.", file=sys.stderr)
         return exit_code or 1
     for result in reports:
         sys.stdout.write(json.dumps(result.to_json()) + "\n" if args.json else render(result))
-    missing = missing_ranks(reports)
-    if missing:
-        print(f"error: rank(s) {', '.join(map(str, missing))} of {reports[0].world_size} did not report "
-              f"(torchslurm run exited with code {exit_code}). HINT: the lines above say why.", file=sys.stderr)
+    problems = []
+    if missing := missing_ranks(reports):
+        world = max(r.world_size or 1 for r in reports)  # known: missing_ranks needs a world size
+        problems.append(f"rank(s) {', '.join(map(str, missing))} of {world} did not report (torchslurm run "
+                        f"exited with code {exit_code}). HINT: the lines above say why.")
+    if unreadable:
+        problems.append(f"{unreadable} report(s) arrived cut or mixed up. HINT: run it again; or give each task "
+                        "its own file: srun --output=doctor-%t.json torchslurm doctor --json.")
     if any(result.failed for result in reports):
-        print("error: the doctor found a failure in at least one rank (see its report above).", file=sys.stderr)
-    return 1 if missing or exit_code or any(result.failed for result in reports) else 0
+        problems.append("the doctor found a failure in at least one rank (see its report above). HINT: fix what "
+                        "the FAIL lines name (each has its own HINT), then run it again.")
+    if exit_code and not problems:
+        problems.append(f"every rank reported, but torchslurm run exited with code {exit_code}. HINT: the lines "
+                        "above say why.")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 # A rank's report travels to check_ranks as numbered parts, each line shorter than 1 KiB: srun
-# forwards longer lines in 1 KiB chunks that interleave with other tasks' output.
+# forwards longer lines in 1 KiB chunks that interleave with other tasks' output. Parts are keyed by
+# the sending process, not its rank: misplaced ranks (the doctor's business) may share a rank.
 _PART_TAG = "@torchslurm-doctor-part"
 _PART_CHARS = 800
 
 
-def report_parts(result: Report) -> list[str]:
-    """The lines `rank_main` prints: `tag rank index count piece` (the JSON report is ASCII)."""
+def report_parts(result: Report, sender: str) -> list[str]:
+    """The lines `rank_main` prints: `tag sender index count piece` (sender: host:pid, no blanks; the
+    JSON report is ASCII)."""
     text = json.dumps(result.to_json())
     pieces = [text[i:i + _PART_CHARS] for i in range(0, len(text), _PART_CHARS)]
-    return [f"{_PART_TAG} {result.rank} {i} {len(pieces)} {piece}\n" for i, piece in enumerate(pieces)]
+    return [f"{_PART_TAG} {sender} {i} {len(pieces)} {piece}\n" for i, piece in enumerate(pieces)]
 
 
-def reports_from_parts(lines: Sequence[str]) -> list[Report]:
-    """The inverse of `report_parts` over every rank's lines (in any order); incomplete reports are dropped."""
+def reports_from_parts(lines: Sequence[str]) -> tuple[list[Report], int]:
+    """The inverse of `report_parts` over every process's lines, in any order (a prefix such as srun's
+    `--label` is skipped): the reports sorted by rank, and how many senders' parts were incomplete
+    or unreadable."""
     from torchslurm.facts import Report
 
     parts: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
     for line in lines:
-        _, rank, index, count, piece = line.rstrip("\n").split(" ", 4)
-        parts.setdefault(rank, {})[int(index)] = piece
-        counts[rank] = int(count)
-    reports = [Report.from_json(json.loads("".join(p[i] for i in range(counts[rank]))))
-               for rank, p in parts.items() if len(p) == counts[rank]]
-    return sorted(reports, key=lambda r: r.rank or 0)
+        try:
+            _, sender, index, count, piece = line[line.index(_PART_TAG):].rstrip("\n").split(" ", 4)
+            parts.setdefault(sender, {})[int(index)] = piece
+            counts[sender] = int(count)
+        except ValueError:
+            continue  # a mangled line: its sender's report stays incomplete
+    reports, unreadable = [], 0
+    for sender, got in parts.items():
+        try:
+            reports.append(Report.from_json(json.loads("".join(got[i] for i in range(counts[sender])))))
+        except (KeyError, ValueError, TypeError):
+            unreadable += 1
+    return sorted(reports, key=lambda r: (r.rank is None, r.rank or 0)), unreadable
 
 
-def _collect(command: Sequence[str]) -> tuple[list[Report], int]:
-    """Run the ranks; keep their reports (sorted by rank), pass every other line through."""
+def _collect(command: Sequence[str]) -> tuple[list[Report], int, int]:
+    """Run the ranks; keep their reports, pass every other line through; (reports, unreadable, exit code)."""
     part_lines = []
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) as ranks:
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, encoding="utf-8",
+                          errors="replace") as ranks:
         assert ranks.stdout is not None
         for line in ranks.stdout:
-            if line.startswith(_PART_TAG + " "):
+            if _PART_TAG in line:
                 part_lines.append(line)
             else:
                 sys.stdout.write(line)
-    return reports_from_parts(part_lines), ranks.returncode
+    return (*reports_from_parts(part_lines), ranks.returncode)
 
 
 def check_here(args: argparse.Namespace) -> int:
@@ -168,7 +192,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     """The program of each rank started by `torchslurm doctor --ranks`."""
     parser = argparse.ArgumentParser(prog="torchslurm doctor (rank)")
     _add_check_arguments(parser)
-    for line in report_parts(examine(parser.parse_args(argv))):
+    for line in report_parts(examine(parser.parse_args(argv)), f"{socket.gethostname()}:{os.getpid()}"):
         os.write(sys.stdout.fileno(), line.encode())  # one write per part: atomic on a shared pipe
     return 0  # the verdict is check_ranks' (see there)
 

@@ -59,7 +59,8 @@ def _field_doc(name: str) -> str:
 _SLURM_FLAGS = frozenset("--" + name.replace("_", "-") for name in (
     "nodes", "gpus_per_node", "tasks_per_node", "nproc_per_node", "cpus_per_task", "mem", "time", "partition",
     "account", "qos", "constraint", "nodelist", "exclude", "preemptible", "requeue", "max_requeues", "gpu_flag",
-    "per_rank_output", "spec", "slurm_version"))
+    "per_rank_output", "spec", "slurm_version", "no_preemptible", "no_requeue", "no_per_rank_output", "array",
+    "grace_s"))
 
 
 def misplaced_flags(script: str, script_args: list[str]) -> list[Finding]:
@@ -67,7 +68,7 @@ def misplaced_flags(script: str, script_args: list[str]) -> list[Finding]:
     flags = [arg.split("=", 1)[0] for arg in script_args]
     return [Finding("error", "misplaced-flag", f"{flag} comes after {script}, so {script} gets it and the job "
                     "spec does not.", f"put torchslurm's flags before the script ({flag} ... "
-                    f"{script} ...), or pass --force if {script} itself takes {flag}")
+                    f"{script} ...); if {script} itself takes {flag}, give --force before {script}")
             for flag in dict.fromkeys(flags) if flag in _SLURM_FLAGS]
 
 
@@ -105,7 +106,8 @@ def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | No
 def bash_syntax(script_text: str) -> list[Finding]:
     """`bash -n` on the script: a syntax error found now, not after the job waited in the queue."""
     try:
-        result = subprocess.run(["bash", "-n"], input=script_text, capture_output=True, text=True, timeout=30)
+        result = subprocess.run(["bash", "-n"], input=script_text, capture_output=True, text=True, encoding="utf-8",
+                                errors="replace", timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []  # no bash here: sbatch's node will say it
     if result.returncode == 0:
@@ -113,7 +115,7 @@ def bash_syntax(script_text: str) -> list[Finding]:
     said = " ".join(line.strip() for line in result.stderr.splitlines() if line.strip())
     return [Finding("error", "shell-syntax", f"the rendered script is not valid bash: {said}",
                     "check the setup lines for an unbalanced quote or bracket; "
-                    "`torchslurm script ...` prints the script")]
+                    "`torchslurm script --force ...` prints the script anyway")]
 
 
 def report(findings: list[Finding], force: bool) -> int:
