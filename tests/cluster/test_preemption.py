@@ -33,7 +33,10 @@ SCRIPT = Path(__file__).parent.parent / "multiproc" / "scripts" / "preempt_train
 EXAMPLE = Path(__file__).parents[2] / "examples" / "mnist.py"
 TRAINING = ("epochs=2", "samples=2000", "batch_size=16")  # 4 ranks: 25 optimizer steps per epoch
 NETWORK = ("net1.weight", "net1.bias", "net2.weight", "net2.bias")
-TIMEOUT_S = 20  # process group timeout of these jobs: the bound on how long a rank may hang
+# Process group timeout of these jobs: the bound on how long a rank may hang, and how long ranks wait
+# in init for their peers. Above the 4-20 s a rank takes to start on this loaded machine: after a
+# torchrun restart one node's new workers wait in init for the other node's (seen: 20 s was too short).
+TIMEOUT_S = 60
 
 
 def job_script(cluster: Cluster, run_dir: Path, *args: str, time_limit: str = "5", preemptible: bool = True,
