@@ -67,12 +67,6 @@ class DistEnv:
         return max(self.max_restarts - self.restart_count, 0)
 
     @property
-    def store_prefix(self) -> str:
-        """Namespace of this run's keys in the store. torchrun's agent keeps one store across its
-        restarts, so restarted workers must not read the dead workers' addresses."""
-        return f"torchslurm/attempt{self.restart_count}/"
-
-    @property
     def is_main(self) -> bool:
         return self.rank == 0
 

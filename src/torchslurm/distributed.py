@@ -26,10 +26,13 @@ from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 from torchslurm import devices, netif
 from torchslurm.distenv import DistEnv, detect
 from torchslurm.errors import ConfigError, DistributedError
+from torchslurm.handshake import agree_namespace
 
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("gloo", "nccl")
+RUN_PREFIX = "torchslurm/"
+"""Where a run's keys go in a store that rank 0 hosts (a new store for every run)."""
 DEFAULT_TIMEOUT_S = 300.0
 """How long a rank waits for its peers (at init and in each collective) before failing.
 
@@ -50,6 +53,8 @@ class DistContext:
     """NIC variables torchslurm set for this process (empty when the user set them)."""
     timeout_s: float = DEFAULT_TIMEOUT_S
     """The process group timeout: how long a collective waits for a peer that went away."""
+    store_prefix: str = RUN_PREFIX
+    """This run's namespace in the store at master_addr:master_port (fresh per round under torchrun)."""
 
     @property
     def rank(self) -> int:
@@ -109,10 +114,10 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     timeout = timedelta(seconds=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
     logger.debug("rank %d: %s device=%s backend=%s nic=%s", env.rank, env.reason, device, chosen_backend,
                  dict(interface_env))
-    _init_process_group(env, chosen_backend, device, timeout, environ)
+    store_prefix = _init_process_group(env, chosen_backend, device, timeout, environ)
     _check_all_joined(env, device)
     return DistContext(env=env, device=device, backend=chosen_backend, interface_env=interface_env,
-                       timeout_s=timeout.total_seconds())
+                       timeout_s=timeout.total_seconds(), store_prefix=store_prefix)
 
 
 def shutdown(wait_for_peers: bool = True) -> None:
@@ -163,23 +168,29 @@ def _device_for(env: DistEnv, environ: Mapping[str, str]) -> torch.device:
 
 
 def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeout: timedelta,
-                        environ: Mapping[str, str]) -> None:
+                        environ: Mapping[str, str]) -> str:
+    """init_process_group on this run's part of the store; returns that part's prefix."""
     try:
+        store, prefix = _store(env, timeout)
         dist.init_process_group(
-            backend=backend, store=_store(env, timeout), rank=env.rank, world_size=env.world_size,
+            backend=backend, store=store, rank=env.rank, world_size=env.world_size,
             timeout=timeout, device_id=device if device.type == "cuda" else None,
         )
     except (RuntimeError, OSError, TimeoutError, ValueError) as exc:
         raise DistributedError(_unreachable_message(env, timeout, environ, exc)) from exc
+    return prefix
 
 
-def _store(env: DistEnv, timeout: timedelta) -> Store:
-    """The job's TCPStore (rank 0 hosts it, unless torchrun's agent does), keys under this run's
-    prefix: torch 2.13's agent keeps its store across restarts, and restarted workers that read
-    the dead workers' Gloo addresses fail with "Connection refused" (seen on the sandbox)."""
+def _store(env: DistEnv, timeout: timedelta) -> tuple[Store, str]:
+    """The job's TCPStore (rank 0 hosts it, unless torchrun's agent does) and this run's prefix in
+    it. torchrun's agent keeps its store across restarts: restarted workers that read the dead
+    workers' Gloo addresses fail with "Connection refused" (seen on the sandbox), so there the
+    ranks agree on a fresh prefix first (torchslurm.handshake)."""
     store = TCPStore(env.master_addr, env.master_port, env.world_size,
                      is_master=env.is_main and not env.agent_store, timeout=timeout, multi_tenant=True)
-    return PrefixStore(env.store_prefix, store)
+    prefix = (agree_namespace(store, env.rank, env.world_size, timeout.total_seconds()) if env.agent_store
+              else RUN_PREFIX)
+    return PrefixStore(prefix, store), prefix
 
 
 def _check_all_joined(env: DistEnv, device: torch.device) -> None:

@@ -144,7 +144,7 @@ class Watchdog:
         env = self.ctx.env
         store = TCPStore(env.master_addr, env.master_port, is_master=False,
                          timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
-        return PrefixStore(env.store_prefix, store)
+        return PrefixStore(self.ctx.store_prefix, store)
 
     def start(self) -> None:
         """Gather every rank's host (one all_gather) and start the heartbeat."""

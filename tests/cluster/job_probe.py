@@ -15,14 +15,14 @@ world = os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "?"))
 
 
 def on_signal(signum: int, frame: object) -> None:
-    print(f"rank {rank} got {signal.Signals(signum).name}", flush=True)
+    print(f"rank {rank} got {signal.Signals(signum).name}\n", end="", flush=True)
 
 
 for sig in (signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(sig, on_signal)
-print(f"rank {rank} of {world} on {socket.gethostname()} pid {os.getpid()} argv={json.dumps(sys.argv[1:])}",
-      flush=True)
+print(f"rank {rank} of {world} on {socket.gethostname()} pid {os.getpid()} argv={json.dumps(sys.argv[1:])}\n",
+      end="", flush=True)
 deadline = time.monotonic() + float(os.environ.get("PROBE_SLEEP_S", "0"))
 while time.monotonic() < deadline:
     time.sleep(0.05)
-print(f"rank {rank} done", flush=True)
+print(f"rank {rank} done\n", end="", flush=True)

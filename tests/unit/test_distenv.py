@@ -73,13 +73,12 @@ def test_torchrun_inside_srun_uses_torchruns_rank() -> None:
     assert (env.launcher, env.master_addr, env.master_port) == ("torchrun", "node1", 41000)
 
 
-def test_torchrun_restarts_get_their_own_store_namespace() -> None:
+def test_torchrun_agent_store_and_restart_budget_are_read() -> None:
     first = detect(TORCHRUN_IN_SRUN, free_port=no_port)
     assert (first.agent_store, first.restart_count, first.restarts_left) == (False, 0, 0)
     again = detect({**TORCHRUN_IN_SRUN, "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2",
                     "TORCHELASTIC_MAX_RESTARTS": "3"}, free_port=no_port)
     assert (again.agent_store, again.restart_count, again.max_restarts, again.restarts_left) == (True, 2, 3, 1)
-    assert first.store_prefix != again.store_prefix == "torchslurm/attempt2/"
     with pytest.raises(EnvError, match=r"TORCHELASTIC_RESTART_COUNT='x' is not an integer.*HINT"):
         detect({**TORCHRUN_IN_SRUN, "TORCHELASTIC_RESTART_COUNT": "x"}, free_port=no_port)
 

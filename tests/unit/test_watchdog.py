@@ -88,7 +88,7 @@ def test_a_heartbeat_that_timed_out_reconnects_while_the_store_still_answers() -
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     dog, beat, slow = _heartbeat_against(server.port)
     try:
-        beats = PrefixStore(dog.ctx.env.store_prefix, server)  # what the diagnosis reads
+        beats = PrefixStore(dog.ctx.store_prefix, server)  # what the diagnosis reads
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and int(beats.add("torchslurm/heartbeat/1", 0)) < 3:
             time.sleep(0.05)

@@ -94,7 +94,7 @@ def train(args: dict[str, str]) -> int:
                               nn.CrossEntropyLoss(), train, val, config, ctx=ctx, should_stop=boundary)
             result = trainer.fit()
             if result.stopped_early:
-                print(f"rank {ctx.rank}: stopped at step {result.global_step}", flush=True)
+                print(f"rank {ctx.rank}: stopped at step {result.global_step}\n", end="", flush=True)
                 return stop.finish()
         if ctx.is_main:
             torch.save(model.state_dict(), run_dir / "final.pt")

@@ -1,0 +1,89 @@
+"""A key namespace that only this round's ranks share, in a store that outlives rounds.
+
+torchrun's agent hosts the workers' store and keeps it across restarts, so keys written by the
+dead workers of an earlier round (their Gloo addresses above all) are still there. Naming the
+round by TORCHELASTIC_RESTART_COUNT is not enough: the agents' counts differ, because an agent
+that restarts its workers for another node's failure does not count it ("membership changes do
+not count as retries", torch.distributed.elastic.agent.server.api). Seen on the sandbox: node2's
+workers waited under attempt1 while node1's used attempt0.
+
+So rank 0 picks a fresh namespace and hands it to every other rank:
+  rank r > 0: hello/r = a fresh token u, then wait for welcome/r/u (a key no earlier round wrote),
+              which holds the namespace, and acknowledge with ack/<namespace token>/r;
+  rank 0:     answer every hello/r it sees (a stale one from a dead rank too: harmless) until each
+              rank has acknowledged.
+The old round's workers are all gone before the agents start a new round, so nothing else writes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+from torchslurm.errors import DistributedError
+
+POLL_S = 0.05
+
+
+class KeyStore(Protocol):
+    """The part of a torch.distributed Store used here."""
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+
+def agree_namespace(store: KeyStore, rank: int, world_size: int, timeout_s: float,
+                    clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> str:
+    """The namespace (`torchslurm/<token>/`) of this round, the same on every rank of it."""
+    deadline = clock() + timeout_s
+    if rank == 0:
+        return _lead(store, world_size, deadline, clock, sleep)
+    return _follow(store, rank, deadline, clock, sleep)
+
+
+def _lead(store: KeyStore, world_size: int, deadline: float, clock: Callable[[], float],
+          sleep: Callable[[float], None]) -> str:
+    token = uuid.uuid4().hex
+    namespace = f"torchslurm/{token}/"
+    answered: dict[int, bytes] = {}
+    pending = set(range(1, world_size))
+    while True:
+        for r in sorted(pending):
+            if store.check([f"torchslurm/ack/{token}/{r}"]):
+                pending.discard(r)
+            elif store.check([f"torchslurm/hello/{r}"]):
+                hello = store.get(f"torchslurm/hello/{r}")
+                if answered.get(r) != hello:
+                    store.set(f"torchslurm/welcome/{r}/{hello.decode()}", namespace)
+                    answered[r] = hello
+        if not pending:
+            return namespace
+        if clock() > deadline:
+            raise DistributedError(
+                f"rank 0: rank(s) {', '.join(map(str, sorted(pending)))} of {world_size} did not arrive "
+                "within the process group timeout. HINT: their nodes' logs say why (not started, "
+                "crashed during start-up, or still starting: raise timeout_s).", exit_code=1)
+        sleep(POLL_S)
+
+
+def _follow(store: KeyStore, rank: int, deadline: float, clock: Callable[[], float],
+            sleep: Callable[[float], None]) -> str:
+    mine = uuid.uuid4().hex
+    store.set(f"torchslurm/hello/{rank}", mine)
+    welcome = f"torchslurm/welcome/{rank}/{mine}"
+    while not store.check([welcome]):
+        if clock() > deadline:
+            raise DistributedError(
+                f"rank {rank}: rank 0 did not answer within the process group timeout. HINT: rank 0's "
+                "log says why (not started, crashed during start-up, or still starting: raise timeout_s).",
+                exit_code=1)
+        sleep(POLL_S)
+    namespace = store.get(welcome).decode()
+    store.set(f"torchslurm/ack/{namespace.split('/')[1]}/{rank}", "1")
+    return namespace
