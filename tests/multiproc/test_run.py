@@ -97,3 +97,22 @@ def test_leaving_init_with_a_live_ddp_model_never_aborts_a_rank() -> None:
         result = subprocess.run([*TORCHSLURM, "run", "--nproc", "3", str(SCRIPTS / "ddp_then_exit.py")],
                                 capture_output=True, text=True, timeout=180, env=clean_environ())
         assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_two_torchrun_agents_whose_restart_counts_differ_still_form_one_group(
+        tmp_path: Path, free_port: Callable[[], int]) -> None:
+    """After one node's failure, the other agent restarts for the membership change, which torch does
+    not count: the workers of the new round carry restart counts 1 and 0, and must still meet."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
+         "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=membership", "--monitor-interval=0.1",
+         str(SCRIPTS / "membership_restart.py"), str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_environ(OMP_NUM_THREADS="1"))
+        for _ in range(2)]
+    outputs = [agent.communicate(timeout=240) for agent in agents]
+    assert [a.returncode for a in agents] == [0, 0], "\n".join(err[-3000:] for _, err in outputs)
+    records = sorted((r for out, _ in outputs for r in json_lines(out)), key=lambda r: str(r["rank"]))
+    assert [(r["rank"], r["sum"]) for r in records] == [(0, 2.0), (1, 2.0)]
+    assert sorted(str(r["restart_count"]) for r in records) == ["0", "1"]  # the agents' counts differ
+    assert records[0]["prefix"] == records[1]["prefix"]

@@ -64,6 +64,8 @@ def train(args: dict[str, str]) -> int:
                             format=f"%(asctime)s [rank {ctx.rank} {socket.gethostname()}] %(name)s %(message)s")
         (run_dir / "pids").mkdir(parents=True, exist_ok=True)
         (run_dir / "pids" / f"rank{ctx.rank}.pid").write_text(f"{os.getpid()} {socket.gethostname()}\n")
+        logging.getLogger("preempt_train").info("pid %d, store prefix %s, torchrun restart count %s", os.getpid(),
+                                                ctx.store_prefix, os.environ.get("TORCHELASTIC_RESTART_COUNT", "-"))
         config = TrainConfig(epochs=int(args.get("epochs", 3)), batch_size=int(args.get("batch_size", 16)),
                              lr=0.05, seed=int(args.get("seed", 7)), run_dir=run_dir, log_every=0,
                              checkpoint_every_steps=int(args.get("checkpoint_every_steps", 0)))
