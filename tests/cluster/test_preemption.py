@@ -320,7 +320,9 @@ def test_network_cut_of_a_node_ends_every_rank_within_the_bound(cluster: Cluster
     state, restarts = drive(cluster, job)
     output = cluster.output(job)
     assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
-    assert re.search(rf"0: error: ranks 2, 3 on {cut} \(\S+\) stopped responding .*Timed out waiting 10000ms",
-                     output), output[-4000:]
+    assert re.search(rf"0: error: ranks 2, 3 on {cut} \(\S+\) stopped responding", output), output[-4000:]
+    # The group timeout ended the wait on node1. Which of its ranks timed out first varies: the other
+    # then sees its pair close ("Connection closed by peer"), and rank 0 can be either.
+    assert re.search(r"[01]: .*a collective failed \(Timed out waiting 10000ms", output), output[-4000:]
     assert "after a peer failure" in output
     assert_same_weights(reference, run_dir)
