@@ -5,6 +5,7 @@ The decisions are pure functions of the environ; `run_command` and `requeue` are
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -114,6 +115,11 @@ def requeue(plan: RequeuePlan, run: Runner = run_command, timeout_s: float = 60.
     if plan.target is None:
         return
     result = run(["scontrol", "requeue", plan.target], timeout_s)
+    if result.returncode == -signal.SIGTERM:
+        # Slurm ends the run's processes as soon as it accepts the requeue, and scontrol, our child,
+        # can get that SIGTERM before it exits (seen on the sandbox: "DUE TO JOB REQUEUE", then -15).
+        logger.debug("scontrol requeue %s ended by SIGTERM: Slurm is stopping this run for the requeue", plan.target)
+        return
     if result.returncode != 0:
         raise SlurmError(
             f"`scontrol requeue {plan.target}` failed ({result.returncode}): {result.stderr.strip()}. "

@@ -109,6 +109,13 @@ def test_requeue_runs_scontrol_and_reports_refusal() -> None:
         requeue(RequeuePlan("9", "x"), refused)
 
 
+def test_scontrol_ended_by_the_requeues_own_sigterm_counts_as_requeued() -> None:
+    """Slurm stops the run at once when it accepts the requeue; scontrol may get that SIGTERM first."""
+    requeue(RequeuePlan("17", "restart 1 of at most 3"), Recorder(-15))
+    with pytest.raises(SlurmError, match=r"`scontrol requeue 17` failed \(-9\)"):
+        requeue(RequeuePlan("17", "x"), Recorder(-9))
+
+
 def test_end_time_sources_in_order() -> None:
     assert job_end_time({"TORCHSLURM_END_TIME": "100", "SLURM_JOB_END_TIME": "200"}) == 100.0
     assert job_end_time({"SLURM_JOB_END_TIME": "200", "SLURM_JOB_ID": "57"}, Recorder()) == 200.0
