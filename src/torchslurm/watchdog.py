@@ -13,9 +13,12 @@ Such an error says little ("Timed out waiting 20000ms for recv operation", or a 
 So every rank also runs a heartbeat thread: a counter in the job's TCPStore, bumped every
 `interval_s`. When a collective fails, `guard()` reads the counters twice, 2 × interval_s apart
 (no clock comparison across nodes), and the ranks whose counter did not move are the root cause:
-"rank 3 on node2 stopped responding". When the store itself cannot be reached, rank 0's host
-(the store's) is unreachable from here. The lowest rank that still answers reports the full
-message; the others raise a one-line pointer to it, so the job log shows one explanation.
+"rank 3 on node2 stopped responding". A rank that saw the failure says so in the store first: it
+is alive even if it has finished its own diagnosis and exited before the reporter's second read.
+When the store itself cannot be reached, rank 0's host (the store's) is unreachable from here.
+The lowest rank that still answers reports the full message; the others raise a one-line pointer
+to it, so the job log shows one explanation. A rank 0 that hosts the store waits (briefly) for the
+others' diagnoses before it exits and takes the store with it.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from torchslurm.errors import DistributedError
 
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from torchslurm.distributed import DistContext
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DEFAULT_INTERVAL_S = 1.0
 STORE_TIMEOUT_S = 5.0
@@ -56,6 +60,8 @@ DIAGNOSIS_TIMEOUT_S = 2.0
 """Kept short: srun's --kill-on-bad-exit sends SIGKILL KillWait (30 s by default, as in the sandbox)
 after its SIGTERM, and the requeue and the message must come out before that."""
 _BEAT = "torchslurm/heartbeat/{}"
+_FAILURE = "torchslurm/failure/{}"
+"""Per rank: 1 once it saw a collective fail, 2 once its diagnosis is done."""
 _ADDRESS = re.compile(r"\[(?:::ffff:)?([0-9a-fA-F:.]+)\]:\d+")
 
 
@@ -81,9 +87,11 @@ def first_sentence(error_text: str) -> str:
     return text.split(". ")[0].rstrip(".") or "no message"
 
 
-def silent_ranks(before: Mapping[int, int], after: Mapping[int, int]) -> list[int]:
-    """Ranks whose heartbeat counter did not advance between two reads."""
-    return sorted(rank for rank, count in after.items() if before.get(rank) == count)
+def silent_ranks(before: Mapping[int, int], after: Mapping[int, int],
+                 saw_failure: Collection[int] = ()) -> list[int]:
+    """Ranks whose heartbeat counter did not advance between two reads and that did not report the
+    failure themselves (those are alive: their heartbeat may stop because they already exited)."""
+    return sorted(rank for rank, count in after.items() if before.get(rank) == count and rank not in saw_failure)
 
 
 def describe_ranks(ranks: Sequence[int], peers: Sequence[Peer]) -> str:
@@ -201,13 +209,20 @@ class Watchdog:
                 except Exception:
                     return
 
-    def counters(self) -> dict[int, int] | None:
-        """Every rank's heartbeat count, or None when the store cannot be reached."""
+    def counters(self, key: str = _BEAT) -> dict[int, int] | None:
+        """Every rank's count under `key` (its heartbeat by default), or None when the store cannot
+        be reached."""
+        return self._add_to_store(lambda store: {p.rank: int(store.add(key.format(p.rank), 0)) for p in self.peers})
+
+    def _mark_failure_stage(self) -> None:
+        """Tell the others that this rank saw the failure (first call) or finished its diagnosis."""
+        self._add_to_store(lambda store: store.add(_FAILURE.format(self.ctx.rank), 1))
+
+    def _add_to_store(self, request: Callable[[Store], _T]) -> _T | None:
         if self.store_reachability() != "ok":  # a failed TCPStore() logs a C++ stack trace: avoid it
             return None
         try:
-            store = self._store(DIAGNOSIS_TIMEOUT_S)
-            return {p.rank: int(store.add(_BEAT.format(p.rank), 0)) for p in self.peers}
+            return request(self._store(DIAGNOSIS_TIMEOUT_S))
         except Exception:  # connect/read timeouts surface as RuntimeError, DistStoreError, OSError
             return None
 
@@ -226,10 +241,13 @@ class Watchdog:
     def diagnose(self, error: BaseException) -> tuple[str, bool]:
         """(message, whether this rank is the one that reports it in full)."""
         me = self.peers[self.ctx.rank]
+        self._mark_failure_stage()
         before = self.counters()
         time.sleep(2 * self.interval_s)
         after = self.counters() if before is not None else None
-        silent = None if before is None or after is None else silent_ranks(before, after)
+        stages = self.counters(_FAILURE) if after is not None else None
+        silent = (None if before is None or after is None or stages is None
+                  else silent_ranks(before, after, [rank for rank, stage in stages.items() if stage]))
         store = self.store_reachability() if silent is None else "ok"
         message = diagnosis(me, str(error), self.peers, silent, self.bound_s, store)
         if silent is None:  # no store, no agreement: the lowest rank other than 0 on each host reports
@@ -257,12 +275,31 @@ class Watchdog:
             if self.on_failure is not None and self.store_reachability() != "timeout":
                 self.on_failure()
             message, reporter = self.diagnose(exc)
+            self._mark_failure_stage()
+            if self.ctx.rank == 0 and not self.ctx.env.agent_store:
+                self._wait_for_the_others_diagnoses()
             if reporter:
                 raise DistributedError(message, exit_code=1) from exc
             raise DistributedError(
                 f"rank {self.ctx.rank} on {socket.gethostname()} stopped because a peer failed; the root cause "
                 "is in the message of the lowest rank still running. HINT: look for 'stopped responding' or "
                 "'unreachable' in the job log.", exit_code=1) from exc
+
+
+    def _wait_for_the_others_diagnoses(self) -> None:
+        """Keep rank 0's store up until every rank that is still alive has diagnosed (bounded)."""
+        deadline = time.monotonic() + 2 * self.interval_s + 2 * DIAGNOSIS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            before = self.counters()
+            stages = self.counters(_FAILURE)
+            time.sleep(self.interval_s)
+            after = self.counters()
+            if before is None or stages is None or after is None:
+                return
+            undecided = [rank for rank in range(self.ctx.world_size)
+                         if stages[rank] < 2 and after[rank] != before[rank]]
+            if not undecided:
+                return
 
 
 def _own_address(master: str) -> str:

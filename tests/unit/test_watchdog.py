@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Any
 
 from torchslurm.watchdog import Peer, Watchdog, describe_ranks, diagnosis, first_sentence, peer_address, silent_ranks
 
@@ -117,3 +118,57 @@ def test_a_heartbeat_that_fails_every_time_although_the_store_answers_gives_up()
     _, beat, slow = _heartbeat_against(server.port, reconnects_slow=True)  # every new client is slow too
     beat.join(timeout=30)
     assert not beat.is_alive() and slow.calls == MAX_HEARTBEAT_RECONNECTS + 1
+
+
+def test_a_rank_that_saw_the_failure_is_not_silent_even_if_its_heartbeat_stopped() -> None:
+    assert silent_ranks({0: 5, 1: 5, 2: 4}, {0: 7, 1: 5, 2: 4}, saw_failure=[0, 1]) == [2]
+
+
+def _rank0_watchdog_on_a_real_store(world_size: int) -> tuple[Watchdog, Any, Any]:
+    """Rank 0's watchdog (heartbeat running), the store server and the run's view of it, as if
+    start() had gathered the peers."""
+    import torch
+    from torch.distributed import PrefixStore, TCPStore
+
+    from torchslurm.distenv import detect
+    from torchslurm.distributed import DistContext
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    env = detect({"RANK": "0", "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": str(server.port)})
+    dog = Watchdog(DistContext(env, torch.device("cpu"), "gloo", {}), interval_s=0.2)
+    dog.peers = [Peer(rank, "node1", "127.0.0.1") for rank in range(world_size)]
+    threading.Thread(target=dog._beat, args=(dog._store(),), daemon=True).start()
+    return dog, server, PrefixStore(dog.ctx.store_prefix, server)
+
+
+def test_a_peer_that_diagnosed_and_exited_during_the_reporters_reads_is_not_named() -> None:
+    dog, _server, store = _rank0_watchdog_on_a_real_store(3)
+    try:
+        store.add("torchslurm/failure/1", 1)  # rank 1 saw the failure; its heartbeat has stopped (it exited)
+        message, reporter = dog.diagnose(RuntimeError(CLOSED))
+    finally:
+        dog.stop()
+    assert message.startswith("rank 2 on node1 (127.0.0.1) stopped responding") and reporter
+
+
+def test_rank_0_keeps_its_store_until_a_live_peer_has_diagnosed() -> None:
+    dog, _server, store = _rank0_watchdog_on_a_real_store(2)
+    finished = threading.Event()
+
+    def peer_diagnosing_for_a_while() -> None:
+        store.add("torchslurm/failure/1", 1)
+        for _ in range(8):
+            store.add("torchslurm/heartbeat/1", 1)
+            time.sleep(0.2)
+        finished.set()
+        store.add("torchslurm/failure/1", 1)
+
+    peer = threading.Thread(target=peer_diagnosing_for_a_while, daemon=True)
+    try:
+        peer.start()
+        dog._wait_for_the_others_diagnoses()
+        assert finished.is_set()
+    finally:
+        dog.stop()
+        peer.join(timeout=30)
