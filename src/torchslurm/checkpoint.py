@@ -172,6 +172,14 @@ def load_latest(root: Path, map_location: str | torch.device = "cpu") -> tuple[P
     return None
 
 
+def layout_changes(state: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """What differs between a checkpoint's run and `now` (world_size and config keys) that makes
+    its position in the epoch meaningless; '' when nothing does."""
+    saved = {"world_size": state["world_size"], **state["config"]}
+    return ", ".join(f"{key} was {saved.get(key, 'unset')}, now {value}" for key, value in now.items()
+                     if saved.get(key) != value)
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (all devices) — call before building the model."""
     random.seed(seed)

@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +30,7 @@ from torchslurm import checkpoint
 from torchslurm.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.config import TrainConfig
 from torchslurm.data import ShardSampler, SkipSampler
+from torchslurm.distributed import topology
 from torchslurm.errors import CheckpointError, ConfigError
 from torchslurm.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
 from torchslurm.preemption import Preemption, preemption_config
@@ -61,33 +62,6 @@ class FitResult:
     the job: exit with it (`sys.exit(result.exit_code)`) so that the job script can tell."""
 
 
-@dataclass(frozen=True)
-class _Topology:
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-    backend: str
-    num_nodes: int
-    local_world_size: int
-    master: str
-
-
-def _topology(ctx: DistContext | None, environ: Mapping[str, str]) -> _Topology:
-    if ctx is not None:
-        env = ctx.env
-        return _Topology(ctx.rank, ctx.world_size, ctx.local_rank, ctx.device, ctx.backend, env.num_nodes,
-                         env.local_world_size, f"{env.master_addr}:{env.master_port}")
-    if dist.is_available() and dist.is_initialized():  # a process group the caller set up (torchrun-style)
-        world, backend = dist.get_world_size(), str(dist.get_backend())
-        local_world = int(environ.get("LOCAL_WORLD_SIZE", world))
-        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-        master = f"{environ.get('MASTER_ADDR', '?')}:{environ.get('MASTER_PORT', '?')}"
-        return _Topology(dist.get_rank(), world, int(environ.get("LOCAL_RANK", 0)), device, backend,
-                         max(1, world // local_world), local_world, master)
-    return _Topology(0, 1, 0, torch.device("cpu"), "none", 1, 1, "local")
-
-
 class Trainer:
     """Train `model` with DDP on every rank of the current process group.
 
@@ -108,7 +82,7 @@ class Trainer:
                  ctx: DistContext | None = None,
                  scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
                  should_stop: Callable[[], bool] | None = None) -> None:
-        self.config, self.topo = config, _topology(ctx, os.environ)
+        self.config, self.topo = config, topology(ctx, os.environ)
         self.device = self.topo.device
         if config.amp == "fp16" and self.device.type != "cuda":
             raise ConfigError(f"amp=fp16 on device {self.device}: fp16 with GradScaler needs CUDA. "
@@ -444,7 +418,9 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.config.lr * self.lr_factor
         self.epoch, self.batches_done, self.global_step = state["epoch"], state["batches_done"], state["global_step"]
-        changed = self._layout_changes(state)
+        changed = checkpoint.layout_changes(state, {
+            "world_size": self.topo.world_size, "batch_size": self.config.batch_size, "seed": self.config.seed,
+            "grad_accum_steps": self.config.grad_accum_steps})
         if not changed:
             mine = state["ranks"][self.topo.rank]
             set_rng_state(mine["rng"])
@@ -459,11 +435,3 @@ class Trainer:
             logger.info("Resuming from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batches_done,
                         self.global_step)
         return True
-
-    def _layout_changes(self, state: dict[str, Any]) -> str:
-        """What changed since the checkpoint that makes its position in the epoch meaningless ('' if nothing)."""
-        saved = {"world_size": state["world_size"], **{k: state["config"].get(k) for k in
-                                                        ("batch_size", "seed", "grad_accum_steps")}}
-        now = {"world_size": self.topo.world_size, "batch_size": self.config.batch_size, "seed": self.config.seed,
-               "grad_accum_steps": self.config.grad_accum_steps}
-        return ", ".join(f"{k} was {saved[k]}, now {now[k]}" for k in now if saved[k] != now[k])

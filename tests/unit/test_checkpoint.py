@@ -89,3 +89,14 @@ def test_a_writer_killed_mid_save_leaves_nothing_that_counts(tmp_path: Path) -> 
     assert checkpoint.load_latest(tmp_path) is not None
     checkpoint.save(tmp_path, 3, _state(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000001", "step-000000003"]
+
+
+def test_layout_changes_name_what_moved_the_position_in_the_epoch() -> None:
+    state = {"world_size": 4, "config": {"batch_size": 64, "seed": 0, "grad_accum_steps": 1, "lr": 0.1}}
+    same = {"world_size": 4, "batch_size": 64, "seed": 0, "grad_accum_steps": 1}
+    assert checkpoint.layout_changes(state, same) == ""
+    assert checkpoint.layout_changes(state, {**same, "world_size": 2, "batch_size": 32}) == \
+        "world_size was 4, now 2, batch_size was 64, now 32"
+    old = {"world_size": 1, "config": {"batch_size": 64, "seed": 0}}  # a checkpoint from before grad_accum_steps
+    assert checkpoint.layout_changes(old, {"world_size": 1, "grad_accum_steps": 1}) == \
+        "grad_accum_steps was unset, now 1"
