@@ -13,9 +13,10 @@ doctor reports what `torchslurm.init()` would do here and why, and what would br
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
-from torchslurm import devices, distenv, hostlist, netif
+from torchslurm import devices, distenv, hostlist, netif, slurm
 from torchslurm.errors import ConfigError, EnvError, TorchSlurmError
 from torchslurm.facts import (
     Check,
@@ -35,6 +36,7 @@ __all__ = ["Check", "Facts", "Report", "TorchFacts", "check_interfaces", "check_
            "missing_ranks", "report", "run_checks"]
 
 SLURM_COMMANDS = ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
+_CONTROLLER_STATE = re.compile(r"Slurmctld\((\w+)\) at (\S+) is (\w+)")
 DEBUG_HINT = "for a hang, rerun with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL to see where it stops"
 
 
@@ -155,11 +157,33 @@ def check_slurm_commands(facts: Facts) -> Check:
     return Check("slurm_commands", "ok", f"{', '.join(found)} on PATH ({srun}).", value=srun)
 
 
+def check_controller(facts: Facts) -> Check:
+    """Does slurmctld answer `scontrol ping` from here? Without it sbatch fails, and inside a job
+    srun cannot start steps and a requeue after preemption is lost."""
+    if facts.controller is None:
+        why = "each node's first rank asks" if facts.commands.get("scontrol") else "scontrol is not on PATH"
+        return Check("slurm_controller", "ok", f"not asked ({why}).")
+    code, output = facts.controller
+    states = _CONTROLLER_STATE.findall(output)
+    up = [f"{host} ({role})" for role, host, state in states if state == "UP"]
+    if code == 0 and up:
+        return Check("slurm_controller", "ok", f"slurmctld answers at {', '.join(up)}.", value=up[0].split()[0])
+    seen = "; ".join(f"{host} ({role}) is {state}" for role, host, state in states) or _last_error(output)
+    in_job = "SLURM_JOB_ID" in facts.environ
+    effect = ("srun cannot start job steps and a requeue after preemption fails" if in_job
+              else "sbatch and `torchslurm submit` fail here; `torchslurm run` on this machine still works")
+    hint = (slurm.failure_hint(output) if not states else
+            "check that slurmctld runs on that host (`systemctl status slurmctld` there, or ask your admins) and that "
+            "this node reaches its SlurmctldPort; with no cluster, `torchslurm sandbox up` starts a local one.")
+    return Check("slurm_controller", "fail" if in_job else "warn",
+                 f"`scontrol ping` (exit {code}): {seen}: {effect}.", hint)
+
+
 def run_checks(facts: Facts, backend: str | None = None) -> list[Check]:
     """Every check, in the order a user reads them."""
     return [check_placement(facts), check_torch(facts), check_gpus(facts), check_backend(facts, backend),
             check_master_addr(facts), check_master_port(facts), *check_interfaces(facts, backend),
-            check_nccl_env(facts), check_slurm_commands(facts)]
+            check_nccl_env(facts), check_slurm_commands(facts), check_controller(facts)]
 
 
 def report(facts: Facts, checks: Sequence[Check]) -> Report:
@@ -198,6 +222,13 @@ def _batch_gpus(environ: Mapping[str, str]) -> Check:
                      "than GPUs per node; two NCCL ranks on one GPU hang or crash.",
                      f"#SBATCH --ntasks-per-node={gpus}, or request --gpus-per-node={tasks}.", str(gpus))
     return Check("gpus", "ok", f"{gpus} GPU(s) and {tasks} task(s) per node: one rank per GPU.", value=str(gpus))
+
+
+def _last_error(output: str) -> str:
+    """The last 'error:'/'fatal:' line of a Slurm client's output, without its 'scontrol: ' prefix."""
+    lines = [line for line in output.splitlines() if "error:" in line or "fatal:" in line]
+    last = lines[-1] if lines else (output.strip().splitlines() or ["no output"])[-1]
+    return last.split(": ", 1)[-1].strip()
 
 
 def _slurm_gpus(environ: Mapping[str, str]) -> str:

@@ -74,6 +74,9 @@ class Facts:
     """InfiniBand devices of this host (/sys/class/infiniband)."""
     commands: Mapping[str, str | None] = field(default_factory=dict)
     """Slurm client command → its path on PATH, or None."""
+    controller: tuple[int, str] | None = None
+    """`scontrol ping`'s exit code and output (stdout, then stderr); None when not asked (no
+    scontrol on PATH, or not the first rank of its node: one ping per node)."""
     python: str = ""
     """sys.executable."""
 

@@ -2,7 +2,7 @@
 
 `gather()` records the `Facts` the checks read (this host's interfaces, what MASTER_ADDR and
 the step's first node resolve to, the route to the master, InfiniBand devices, torch's
-versions, which Slurm commands are on PATH). `check_connect()` really joins the process group
+versions, which Slurm commands are on PATH, whether slurmctld answers). `check_connect()` really joins the process group
 and times one all_reduce. torch is imported lazily here: the doctor runs on a login node without it.
 """
 
@@ -15,11 +15,13 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 
-from torchslurm import doctor, facts, netif
-from torchslurm.errors import EnvError, TorchSlurmError
+from torchslurm import doctor, facts, netif, slurm
+from torchslurm.errors import EnvError, SlurmError, TorchSlurmError
 from torchslurm.facts import Check, Facts, TorchFacts
 
 __all__ = ["check_connect", "gather"]
+
+PING_TIMEOUT_S = 30.0
 
 
 def gather(environ: Mapping[str, str], which: Callable[[str], str | None] | None = None) -> Facts:
@@ -48,6 +50,7 @@ def gather(environ: Mapping[str, str], which: Callable[[str], str | None] | None
         source=source, own_addresses=tuple(netif.own_addresses()), first_node_ips=first_ips,
         infiniband=tuple(sorted(p.name for p in infiniband.iterdir())) if infiniband.is_dir() else (),
         commands={name: which(name) for name in doctor.SLURM_COMMANDS}, python=sys.executable,
+        controller=_ping_controller(which("scontrol"), environ) if env is None or env.local_rank == 0 else None,
     )
 
 
@@ -80,6 +83,18 @@ def check_connect(environ: MutableMapping[str, str], backend: str | None = None,
                      f"all_reduce took {reduce_ms:.2f} ms and summed to {int(value.item())}.", value=ctx.backend)
     finally:
         distributed.shutdown()
+
+
+def _ping_controller(scontrol: str | None, environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """`scontrol ping` (its exit code, stdout + stderr); None without scontrol."""
+    if scontrol is None:
+        return None
+    try:
+        # a SlurmctldHost that does not resolve costs scontrol 20 s of retries before it says DOWN
+        result = slurm.run_command([scontrol, "ping"], timeout_s=PING_TIMEOUT_S, env=environ)
+    except SlurmError as exc:
+        return 124, str(exc)
+    return result.returncode, result.stdout + result.stderr
 
 
 def _torch_facts() -> tuple[TorchFacts | None, str]:

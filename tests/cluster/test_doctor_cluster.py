@@ -61,6 +61,8 @@ def test_doctor_as_srun_tasks_reports_each_nodes_own_nic_and_connects(cluster: C
         assert by_name["gloo_socket_ifname"]["value"] == nic_name(node_index(r["host"])), r
         assert by_name["master_addr"]["value"] == "node1"
         assert by_name["connect"]["status"] == "ok" and "summed to 2" in by_name["connect"]["detail"], r
+        controller = by_name["slurm_controller"]  # each node's first rank pings the sandbox's slurmctld
+        assert controller["status"] == "ok" and "answers at" in controller["detail"], controller
 
 
 def test_one_gloo_socket_ifname_for_every_node_is_flagged_where_that_nic_does_not_exist(cluster: Cluster) -> None:

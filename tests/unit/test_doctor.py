@@ -4,6 +4,8 @@ rendering, the doctor without torch, and the pure parts of torchslurm.bench (siz
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -312,6 +314,52 @@ def test_slurm_commands() -> None:
     assert partial.status == "warn" and "srun" in partial.detail
 
 
+UP = "Slurmctld(primary) at ctl1 is UP\nSlurmctld(backup) at ctl2 is DOWN\n"
+DOWN = ("Slurmctld(primary) at ctl1 is DOWN\n*****************************************\n"
+        "** RESTORE SLURMCTLD DAEMON TO SERVICE **\n*****************************************\n")
+NO_CONFIG = ("scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+             "scontrol: fatal: Could not establish a configuration source\n")
+
+
+def test_a_controller_that_answers_is_ok_and_named() -> None:
+    check = doctor.check_controller(facts(SRUN, controller=(0, UP)))
+    assert check.status == "ok" and check.value == "ctl1" and "answers at ctl1 (primary)" in check.detail
+
+
+def test_a_controller_that_is_down_fails_inside_a_job_and_warns_outside() -> None:
+    inside = doctor.check_controller(facts(SRUN, controller=(1, DOWN)))
+    assert inside.status == "fail"
+    assert_actionable(inside, "ctl1 (primary) is DOWN", "requeue")
+    assert "slurmctld runs on that host" in inside.hint
+    outside = doctor.check_controller(facts({"PATH": "/usr/bin"}, controller=(1, DOWN)))
+    assert outside.status == "warn" and "`torchslurm run` on this machine still works" in outside.detail
+
+
+def test_a_client_without_a_cluster_configuration_says_which_file_to_fix() -> None:
+    check = doctor.check_controller(facts({"PATH": "/usr/bin"}, controller=(1, NO_CONFIG)))
+    assert check.status == "warn"
+    assert_actionable(check, "Could not establish a configuration source", "exit 1")
+    assert "SLURM_CONF" in check.hint
+
+
+def test_the_controller_is_not_asked_without_scontrol_or_by_a_nodes_other_ranks() -> None:
+    assert doctor.check_controller(facts({}, commands={})).detail == "not asked (scontrol is not on PATH)."
+    assert "each node's first rank asks" in doctor.check_controller(facts(SRUN)).detail
+
+
+@pytest.mark.skipif(shutil.which("scontrol") is None, reason="Slurm's client (scontrol) is not installed")
+def test_the_real_scontrol_ping_of_a_controller_nobody_runs_is_reported_down(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # bound, never listening: slurmctld's port refuses connections
+        closed.bind(("127.0.0.1", 0))
+        conf = tmp_path / "slurm.conf"
+        conf.write_text(f"ClusterName=pingtest\nSlurmctldHost=localhost(127.0.0.1)\n"
+                        f"SlurmctldPort={closed.getsockname()[1]}\nNodeName=n1\n")
+        found = probe.gather({"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"})
+    check = doctor.check_controller(found)
+    assert found.controller is not None and found.controller[0] != 0, found.controller
+    assert check.status == "warn" and "(primary) is DOWN" in check.detail, check
+
+
 # ---- the whole report ----------------------------------------------------------------------------
 
 
@@ -324,7 +372,7 @@ def test_report_of_a_healthy_srun_task_has_no_failure_and_renders_every_check() 
     assert all(line.startswith("node2/2: ") for line in text.splitlines())  # several ranks share the output
     assert [c["name"] for c in result.to_json()["checks"]] == [
         "placement", "torch", "gpus", "backend", "master_addr", "master_port", "nccl_socket_ifname",
-        "gloo_socket_ifname", "nccl_env", "slurm_commands"]
+        "gloo_socket_ifname", "nccl_env", "slurm_commands", "slurm_controller"]
 
 
 def test_report_with_a_failure_is_failed_and_shows_the_hint() -> None:
