@@ -3,8 +3,8 @@
 Reads the `#SBATCH` directives with sbatch's own tokenizer and option table, and the commands
 with bash's quoting (single and double quotes, backslash escapes, `#` comments, line
 continuations), so a `;`, `&&` or continuation inside `srun bash -c "..."` stays part of the
-quoted string, and the commands inside it run under that srun, with its options. Not read as bash
-does: heredoc bodies and `$'...'`, where a lone quote can hide the lines after it. Options follow
+quoted string, and the commands inside it run under that srun, with its options; heredoc bodies
+are data, and `$'...'` is a quote with backslash escapes. Options follow
 GNU getopt as sbatch and srun use it: an option that takes a value takes the next word whatever it
 looks like (`--nodes -1`), one that takes none never does.
 """
@@ -101,19 +101,22 @@ def _short_options(args: list[str], i: int, table: Options, found: list[tuple[st
 
 
 def _syntax(text: str) -> Iterator[tuple[int, str]]:
-    """Index and character of what bash reads as syntax: outside quotes, escapes and comments.
+    """Index and character of what bash reads as syntax: outside quotes (also `$'...'`), escapes,
+    comments and heredoc bodies.
 
     An unquoted backslash-newline (a line continuation) comes out as one item, both characters.
+    A heredoc body comes out as one item, `<<body`, at the newline that ends its delimiter line.
     """
     i, quote, word_start = 0, "", True
+    heredocs: list[tuple[str, bool]] = []  # (delimiter, strip leading tabs): bodies after this line
     while i < len(text):
         ch = text[i]
         if quote == "'":
             quote = "" if ch == "'" else quote
-        elif quote == '"':
+        elif quote in ('"', "$'"):
             if ch == "\\":
-                i += 1  # \" \\ \$ and backslash-newline: the next character is not syntax
-            elif ch == '"':
+                i += 1  # \" \\ \$ \' and backslash-newline: the next character is not syntax
+            elif ch == quote[-1]:
                 quote = ""
         elif ch == "\\":
             if text[i + 1:i + 2] == "\n":
@@ -121,14 +124,52 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
             i += 1
         elif ch in "'\"":
             quote = ch
+        elif ch == "$" and text[i + 1:i + 2] == "'":
+            quote, i = "$'", i + 1
         elif ch == "#" and word_start:  # a comment: up to the newline, which is syntax again
             end = text.find("\n", i)
             i = len(text) if end < 0 else end
             continue
+        elif ch == "\n" and heredocs:
+            yield i, ch
+            for delimiter, strip_tabs in heredocs:
+                i = _heredoc_end(text, i + 1, delimiter, strip_tabs)
+                yield i, "<<body"
+            heredocs = []
         else:
+            if _heredoc_starts(text, i):
+                heredocs.append(_heredoc_delimiter(text, i + 2))
             yield i, ch
         word_start = not quote and ch in _WORD_BREAK
         i += 1
+
+
+def _heredoc_starts(text: str, i: int) -> bool:
+    """`<<` at i is a heredoc: not `<<<` (a here-string), not a shift in `(( ))` or `$(( ))`."""
+    if not text.startswith("<<", i) or text.startswith("<<<", i) or text[i - 1:i] == "<":
+        return False
+    line = text[text.rfind("\n", 0, i) + 1:i]
+    return line.count("((") <= line.count("))")
+
+
+def _heredoc_delimiter(text: str, i: int) -> tuple[str, bool]:
+    """After `<<`: the delimiter word with its quotes removed, and whether `<<-` strips tabs."""
+    strip_tabs = text[i:i + 1] == "-"
+    rest = text[i + strip_tabs:].lstrip(" \t")
+    word = re.match(r"""(?:[^\s;&|()<>'"\\]|\\.|'[^']*'|"[^"]*")*""", rest)
+    return re.sub(r"""\\(.)|['"]""", r"\1", word.group(0) if word else ""), strip_tabs
+
+
+def _heredoc_end(text: str, start: int, delimiter: str, strip_tabs: bool) -> int:
+    """Index of the newline that ends a heredoc body starting at `start` (its delimiter line)."""
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end]
+        if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+            return end
+        start = end + 1
+    return len(text)  # bash: "here-document delimited by end-of-file"
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
@@ -147,6 +188,9 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
             out.append((line, "".join(pieces) + text[start:i]))
             line = text.count("\n", 0, i + 1) + 1
             start, pieces = i + 1, []
+        elif item == "<<body":  # data, not commands
+            line = text.count("\n", 0, i + 1) + 1
+            start = i + 1
     rest = "".join(pieces) + text[start:]
     if rest:
         out.append((line, rest))

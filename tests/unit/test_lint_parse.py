@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from torchslurm.lint_parse import SBATCH, SRUN, commands, logical_lines, parse, parse_options
@@ -25,6 +29,39 @@ def test_hash_inside_a_multiline_quote_is_not_a_comment() -> None:
 
 def test_comment_with_an_apostrophe_does_not_open_a_quote() -> None:
     assert [n for n, _ in logical_lines("srun python t.py  # it's here\nls\n")] == [1, 2]
+
+
+HEREDOC_SCRIPTS = [
+    "echo L1\ncat >/dev/null <<EOF\necho no; srun x\nit's\nEOF\necho L6\n",
+    "echo L1\ncat >/dev/null <<-'END' # a comment\n\techo no\n\tEND\necho L5\n",
+    'cat >/dev/null <<"A" && cat >/dev/null <<B\necho no\nA\necho no\nB\necho L6\n',
+    "cat >/dev/null <<EOF\necho no\n",  # no delimiter line: the body runs to the end (bash warns)
+    "cat <<< 'echo here-string' >/dev/null\necho L2\necho L3 $(( 1 << 2 ))\necho L4\n",
+    "echo L1 $'it\\'s' ; echo L1b\necho L2 \"$'\"\necho L3\n",
+]
+
+
+@pytest.mark.parametrize("text", HEREDOC_SCRIPTS)
+def test_heredoc_bodies_and_ansi_c_quotes_are_read_as_bash_reads_them(text: str, tmp_path: Path) -> None:
+    """The commands lint sees are those bash runs: each `echo Ln` names its own line."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    script = tmp_path / "s.sh"
+    script.write_text(text)
+    ran = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, check=False)
+    markers = [line.split()[0] for line in ran.stdout.splitlines() if line.startswith("L")]
+    seen = [(number, part) for number, line in logical_lines(text) for part in commands(line)]
+    assert [part.split()[1] for _, part in seen if part.startswith("echo L")] == markers
+    assert all(part.split()[1].rstrip("b") == f"L{number}" for number, part in seen if part.startswith("echo L"))
+    assert not [part for _, part in seen if part.startswith(("echo no", "srun"))]
+
+
+def test_a_heredoc_body_is_not_linted_but_the_command_after_it_is() -> None:
+    script = parse("#!/bin/bash\n#SBATCH -N 2\ncat > cfg <<EOF\nsrun python a.py\n#SBATCH -N 4\nEOF\n"
+                   "srun -K python b.py\nsrun -N1 bash -c 'cat > c <<X\npython c.py\nX\npython d.py'\n")
+    found = [(launch.line, launch.srun_opts) for launch in script.launches]
+    assert found == [(7, {"kill-on-bad-exit": ""}), (11, {"nodes": "1"})]
+    assert script.late_directives == [] and script.directives == {"nodes": "2"}
 
 
 @pytest.mark.parametrize(("line", "parts"), [
