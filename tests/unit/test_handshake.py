@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
@@ -13,23 +14,39 @@ from torchslurm.handshake import agree_namespace
 
 
 class DictStore:
-    """set/get/check like torch's Store, thread-safe, on a dict."""
+    """set/get/check/wait/multi_get like torch's Store, thread-safe, on a dict. `sleep` stands in
+    for the time a wait for a missing key takes (a fake clock in the timeout tests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sleep: Callable[[float], None] | None = None) -> None:
         self.data: dict[str, bytes] = {}
-        self.lock = threading.Lock()
+        self.changed = threading.Condition()
+        self.sleep = sleep
 
     def set(self, key: str, value: str) -> None:
-        with self.lock:
+        with self.changed:
             self.data[key] = value.encode()
+            self.changed.notify_all()
 
     def get(self, key: str) -> bytes:
-        with self.lock:
+        with self.changed:
             return self.data[key]
 
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        with self.changed:
+            return [self.data[k] for k in keys]
+
     def check(self, keys: list[str]) -> bool:
-        with self.lock:
+        with self.changed:
             return all(k in self.data for k in keys)
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None:
+        if self.sleep is not None and not self.check(keys):
+            self.sleep(timeout.total_seconds())
+        elif self.sleep is None:
+            with self.changed:
+                self.changed.wait_for(lambda: all(k in self.data for k in keys), timeout.total_seconds())
+        if not self.check(keys):
+            raise RuntimeError("Wait timeout")  # what torch's DistStoreError is
 
 
 def run_round(store_of: Callable[[int], object], world_size: int, timeout_s: float = 30) -> list[str]:
@@ -72,18 +89,16 @@ def test_a_rank_that_never_arrives_is_named_by_rank_0_and_rank_0_missing_by_the_
     def sleep(s: float) -> None:
         now[0] += s
 
-    store = DictStore()
+    store = DictStore(sleep)
     store.set("torchslurm/hello/1", "stale")  # rank 1 of an earlier round: never acknowledges
     with pytest.raises(DistributedError, match=r"rank 0: rank\(s\) 1, 2 of 3 did not arrive within the process "
                                                r"group timeout\. HINT: their nodes' logs"):
         agree_namespace(store, 0, 3, 5.0, clock=clock, sleep=sleep)
     with pytest.raises(DistributedError, match=r"rank 2: rank 0 did not answer within the process group timeout"):
-        agree_namespace(DictStore(), 2, 3, 5.0, clock=clock, sleep=sleep)
+        agree_namespace(DictStore(sleep), 2, 3, 5.0, clock=clock, sleep=sleep)
 
 
 def test_with_torchs_tcp_store_as_torchruns_agent_hosts_it() -> None:
-    from datetime import timedelta
-
     from torch.distributed import TCPStore
 
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
