@@ -2,8 +2,9 @@
 
 `gather()` records the `Facts` the checks read (this host's interfaces, what MASTER_ADDR and
 the step's first node resolve to, the route to the master, InfiniBand devices, torch's
-versions, which Slurm commands are on PATH, whether slurmctld answers). `check_connect()` really joins the process group
-and times one all_reduce. torch is imported lazily here: the doctor runs on a login node without it.
+versions, which Slurm commands are on PATH, whether slurmctld answers). `check_connect()`
+really joins the process group and times one all_reduce. torch is imported lazily here: the
+doctor runs on a login node without it.
 """
 
 from __future__ import annotations

@@ -212,13 +212,13 @@ class Watchdog:
     def counters(self, key: str = _BEAT) -> dict[int, int] | None:
         """Every rank's count under `key` (its heartbeat by default), or None when the store cannot
         be reached."""
-        return self._add_to_store(lambda store: {p.rank: int(store.add(key.format(p.rank), 0)) for p in self.peers})
+        return self._ask_store(lambda store: {p.rank: int(store.add(key.format(p.rank), 0)) for p in self.peers})
 
     def _mark_failure_stage(self) -> None:
         """Tell the others that this rank saw the failure (first call) or finished its diagnosis."""
-        self._add_to_store(lambda store: store.add(_FAILURE.format(self.ctx.rank), 1))
+        self._ask_store(lambda store: store.add(_FAILURE.format(self.ctx.rank), 1))
 
-    def _add_to_store(self, request: Callable[[Store], _T]) -> _T | None:
+    def _ask_store(self, request: Callable[[Store], _T]) -> _T | None:
         if self.store_reachability() != "ok":  # a failed TCPStore() logs a C++ stack trace: avoid it
             return None
         try:
@@ -284,7 +284,6 @@ class Watchdog:
                 f"rank {self.ctx.rank} on {socket.gethostname()} stopped because a peer failed; the root cause "
                 "is in the message of the lowest rank still running. HINT: look for 'stopped responding' or "
                 "'unreachable' in the job log.", exit_code=1) from exc
-
 
     def _wait_for_the_others_diagnoses(self) -> None:
         """Keep rank 0's store up until every rank that is still alive has diagnosed (bounded)."""
