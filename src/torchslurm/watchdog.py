@@ -62,6 +62,8 @@ after its SIGTERM, and the requeue and the message must come out before that."""
 _BEAT = "torchslurm/heartbeat/{}"
 _FAILURE = "torchslurm/failure/{}"
 """Per rank: 1 once it saw a collective fail, 2 once its diagnosis is done."""
+_ERROR = "torchslurm/error/{}"
+"""Per rank: the error it stopped with (one line), when it was not a failed collective."""
 _ADDRESS = re.compile(r"\[(?:::ffff:)?([0-9a-fA-F:.]+)\]:\d+")
 
 
@@ -108,9 +110,10 @@ def describe_ranks(ranks: Sequence[int], peers: Sequence[Peer]) -> str:
 
 
 def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int] | None,
-              bound_s: float | None, store: str = "ok") -> str:
+              bound_s: float | None, store: str = "ok", errors: Mapping[int, str] | None = None) -> str:
     """The root-cause-first message. `silent`: ranks with a stopped heartbeat; None: the store
-    (rank 0's) could not be asked, and `store` says why: 'refused' or 'timeout'."""
+    (rank 0's) could not be asked, and `store` says why: 'refused' or 'timeout'. `errors`: what
+    the silent ranks that stopped on an error of their own said."""
     seen = f"(rank {me.rank} on {me.host} saw: {first_sentence(error)})"
     if silent is None and store == "refused":
         cause = (f"rank 0 on {peers[0].host} ({peers[0].address}) died: its host answers but its store "
@@ -119,8 +122,15 @@ def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int]
         cause = (f"rank 0's host {peers[0].host} ({peers[0].address}) is unreachable from {me.host}: "
                  "that node or the network between the nodes is down")
     elif silent:
-        cause = (f"{describe_ranks(silent, peers)} stopped responding (no heartbeat): the process died "
-                 "(killed, crashed, out of memory) or its node or network went away")
+        errors = errors or {}
+        failed = [rank for rank in silent if rank in errors]
+        causes = [f"{describe_ranks([rank], peers)} stopped with an error: {errors[rank]} (its log has all of it)"
+                  for rank in failed]
+        if len(failed) < len(silent):
+            causes.append(f"{describe_ranks([r for r in silent if r not in errors], peers)} stopped responding "
+                          "(no heartbeat): the process died (killed, crashed, out of memory) or its node or "
+                          "network went away")
+        cause = "; ".join(causes)
     else:
         address = peer_address(error)
         named = [p.rank for p in peers if address and p.address == address]
@@ -185,6 +195,11 @@ class Watchdog:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, DistributedError):
+            # This rank stops on an error of its own (a bad setting, a bug): the ranks that wait for
+            # it in a collective say so instead of "stopped responding".
+            summary = f"{type(exc).__name__}: {first_sentence(str(exc))}"[:300]
+            self._ask_store(lambda store: store.set(_ERROR.format(self.ctx.rank), summary))
         self.stop()
 
     def _beat(self, store: Store) -> None:
@@ -218,6 +233,13 @@ class Watchdog:
         """Tell the others that this rank saw the failure (first call) or finished its diagnosis."""
         self._ask_store(lambda store: store.add(_FAILURE.format(self.ctx.rank), 1))
 
+    def _errors_of(self, ranks: Sequence[int]) -> dict[int, str]:
+        """What those of `ranks` that stopped on an error of their own posted (see __exit__)."""
+        def read(store: Store) -> dict[int, str]:
+            keys = {rank: _ERROR.format(rank) for rank in ranks}
+            return {rank: store.get(key).decode() for rank, key in keys.items() if store.check([key])}
+        return self._ask_store(read) or {}
+
     def _ask_store(self, request: Callable[[Store], _T]) -> _T | None:
         if self.store_reachability() != "ok":  # a failed TCPStore() logs a C++ stack trace: avoid it
             return None
@@ -249,7 +271,8 @@ class Watchdog:
         silent = (None if before is None or after is None or stages is None
                   else silent_ranks(before, after, [rank for rank, stage in stages.items() if stage]))
         store = self.store_reachability() if silent is None else "ok"
-        message = diagnosis(me, str(error), self.peers, silent, self.bound_s, store)
+        errors = self._errors_of(silent) if silent else {}
+        message = diagnosis(me, str(error), self.peers, silent, self.bound_s, store, errors)
         if silent is None:  # no store, no agreement: the lowest rank other than 0 on each host reports
             mine = [p.rank for p in self.peers if p.host == me.host and p.rank != 0]
             reporter = not mine or mine[0] == me.rank

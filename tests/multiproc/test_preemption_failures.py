@@ -21,7 +21,7 @@ WORLD = 3
 TIMEOUT_S = 20  # the process group timeout: the bound on how long a survivor may wait
 
 
-def start_ranks(run_dir: Path, port: int) -> list[subprocess.Popen[str]]:
+def start_ranks(run_dir: Path, port: int, *extra: str) -> list[subprocess.Popen[str]]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "TORCHSLURM_"))}
     procs = []
     for rank in range(WORLD):
@@ -29,7 +29,7 @@ def start_ranks(run_dir: Path, port: int) -> list[subprocess.Popen[str]]:
                "LOCAL_WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen(
-            [sys.executable, str(SCRIPT), f"run_dir={run_dir}", "step_sleep=0.2", f"timeout_s={TIMEOUT_S}"],
+            [sys.executable, str(SCRIPT), f"run_dir={run_dir}", "step_sleep=0.2", f"timeout_s={TIMEOUT_S}", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     return procs
 
@@ -70,3 +70,17 @@ def test_kill_9_of_rank_0_is_named_from_its_refusing_store(tmp_path: Path, free_
     assert {rank: code for rank, (code, _) in results.items() if rank != 0} == {1: 1, 2: 1}
     assert f"error: rank 0 on {host} (127.0.0.1) died: its host answers but its store refuses" in results[1][1]
     assert "the root cause is in the message of the lowest rank" in results[2][1]
+
+
+def test_a_rank_that_stops_on_its_own_error_is_named_with_it(tmp_path: Path, free_port: Callable[[], int]) -> None:
+    procs = start_ranks(tmp_path, free_port(), "raise_at=2:3")
+    try:
+        errors = [p.communicate(timeout=TIMEOUT_S + 30)[1] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert "ValueError: injected failure at step 3" in errors[2]
+    assert f"error: rank 2 on {socket.gethostname()} (127.0.0.1) stopped with an error: ValueError: injected " \
+           "failure at step 3 (its log has all of it)" in errors[0], errors[0]
+    assert "the root cause is in the message of the lowest rank" in errors[1]
+    assert [p.returncode for p in procs] == [1, 1, 1]

@@ -172,3 +172,32 @@ def test_rank_0_keeps_its_store_until_a_live_peer_has_diagnosed() -> None:
     finally:
         dog.stop()
         peer.join(timeout=30)
+
+
+def test_a_rank_that_stopped_on_its_own_error_is_named_with_that_error() -> None:
+    errors = {2: "CheckpointError: resume='bogus' is neither auto, never nor a checkpoint folder"}
+    text = diagnosis(PEERS[0], CLOSED, PEERS, [2, 3], 20.0, errors=errors)
+    assert text.startswith("rank 2 on node2 (198.18.0.12) stopped with an error: CheckpointError: resume='bogus' "
+                           "is neither auto, never nor a checkpoint folder (its log has all of it); rank 3 on node2 "
+                           "(198.18.0.12) stopped responding (no heartbeat)")
+
+
+def test_the_error_a_peer_exits_with_reaches_the_reporter_through_the_store() -> None:
+    import torch
+
+    from torchslurm.distenv import detect
+    from torchslurm.distributed import DistContext
+    from torchslurm.errors import ConfigError
+
+    dog, server, _ = _rank0_watchdog_on_a_real_store(2)
+    env = detect({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": str(server.port)})
+    peer = Watchdog(DistContext(env, torch.device("cpu"), "gloo", {}), interval_s=0.2)
+    error = ConfigError("amp=fp16 on device cpu: fp16 with GradScaler needs CUDA. HINT: use amp=bf16")
+    try:
+        peer.__exit__(ConfigError, error, None)  # rank 1 leaves its Watchdog on that error (never beat)
+        message, reporter = dog.diagnose(RuntimeError(CLOSED))
+    finally:
+        dog.stop()
+    assert reporter and message.startswith("rank 1 on node1 (127.0.0.1) stopped with an error: ConfigError: amp=fp16 "
+                                           "on device cpu: fp16 with GradScaler needs CUDA (its log has all of it)")

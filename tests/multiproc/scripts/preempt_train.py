@@ -7,6 +7,7 @@ key=value arguments (all optional but run_dir):
   signal_at=RANK:STEP — that rank sends itself the preemption signal (a real kill) just before the
                         boundary check after optimizer step STEP, once per run_dir;
   signal=NAME         — which signal signal_at sends (default: the configured one, USR2; KILL: a crash);
+  raise_at=RANK:STEP  — that rank raises ValueError at that boundary instead (an error of its own);
   ballast_mb=N        — a frozen parameter of N MiB: makes checkpoints large (kill -9 mid-save);
   step_sleep=S        — sleep S seconds per step (gives tests time to act mid-training);
   timeout_s=S         — the process group timeout (torchslurm.init), the bound on a hang.
@@ -82,6 +83,8 @@ def train(args: dict[str, str]) -> int:
         fired = run_dir / f"signal_at-{who}-{when}.done"  # once: a restarted run passes the step again
 
         def boundary() -> bool:
+            if f"{ctx.rank}:{trainer.global_step}" == args.get("raise_at"):
+                raise ValueError(f"injected failure at step {trainer.global_step}")
             if ctx.rank == int(who) and trainer.global_step == int(when) and not fired.exists():
                 fired.touch()
                 os.kill(os.getpid(), sig)
