@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from torchslurm.errors import ConfigError
 from torchslurm.findings import Finding, Severity
 from torchslurm.jobspec import parse_time
-from torchslurm.lint_parse import Script, parse
+from torchslurm.lint_parse import Launch, Script, parse
 
 __all__ = ["gpus_per_node", "lint", "parse", "tasks_per_node"]
 
@@ -94,8 +94,8 @@ def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Fi
     """All pitfalls found in `text`, errors first. `path_exists` lets the CLI check log directories."""
     script = parse(text)
     found: list[Finding] = []
-    for check in (_check_values, _check_presence, _check_counts, _check_launches, _check_master, _check_nic,
-                  _check_signal, _check_export, _check_batch_rank_vars):
+    for check in (_check_values, _check_presence, _check_counts, _check_launches, _check_rendezvous,
+                  _check_master, _check_nic, _check_signal, _check_export, _check_batch_rank_vars):
         found += check(script)
     found += _check_output_dir(script, path_exists)
     order = {"error": 0, "warning": 1, "info": 2}
@@ -201,6 +201,44 @@ def _check_launches(s: Script) -> list[Finding]:
                           "node then join each other's rendezvous.",
                           "derive it from the job id: port=$((10000 + SLURM_JOB_ID * 8 % 22768)), or use "
                           "`torchslurm script --launch torchrun`."))
+    return out
+
+
+_RDZV_HINT = ("--rdzv-backend=c10d --rdzv-endpoint=\"$head:$port\" --rdzv-id=$SLURM_JOB_ID --nnodes=$SLURM_NNODES, "
+              "with head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) and "
+              "port=$((10000 + SLURM_JOB_ID * 8 % 22768)) set before srun (or `torchslurm script --launch torchrun`).")
+
+
+def _step_nodes(ln: Launch, job_nodes: int) -> int:
+    """Nodes the launch runs on: srun's own -N/-n where literal, else the job's; 1 without srun."""
+    if not ln.under_srun:
+        return 1
+    nodes = _int(ln.srun_opts.get("nodes", "").split("-")[0]) or job_nodes
+    ntasks = _int(ln.srun_opts.get("ntasks"))
+    return min(nodes, ntasks) if ntasks else nodes
+
+
+def _nnodes(ln: Launch) -> tuple[int, int] | None:
+    """torchrun's --nnodes as (min, max): `2`, `1:4`, absent = 1 (its default); None when not literal."""
+    value = ln.launcher_opts.get("nnodes", "1")
+    m = re.match(r"^(\d+)(?::(\d+))?$", value)
+    return None if m is None else (int(m.group(1)), int(m.group(2) or m.group(1)))
+
+
+def _check_rendezvous(s: Script) -> list[Finding]:
+    """How the launchers of a multi-node step find each other (torch/distributed/run.py)."""
+    out, job_nodes = [], _int(s.directives.get("nodes")) or 1
+    for ln in s.launches:
+        if ln.launcher is None:
+            continue
+        opts, where, nodes, nnodes = ln.launcher_opts, f"line {ln.line}", _step_nodes(ln, job_nodes), _nnodes(ln)
+        multi = nnodes[1] > 1 if nnodes else nodes > 1
+        if multi and "standalone" not in opts and "rdzv-endpoint" not in opts and "master-addr" not in opts:
+            # no endpoint: the static rendezvous on MASTER_ADDR's default, 127.0.0.1, on every node
+            out.append(_f("error", "torchrun-no-rendezvous",
+                          f"{where}: {ln.launcher} --nnodes={opts.get('nnodes')} without --rdzv-endpoint (or "
+                          "--master-addr): each node's launcher waits for the other nodes on its own localhost "
+                          "(127.0.0.1:29500), and the job hangs until the rendezvous times out.", _RDZV_HINT))
     return out
 
 

@@ -227,6 +227,8 @@ class Launch:
     signals_to_handle: str | None = None
     ignored: list[str] = field(default_factory=list)
     """Signals the launcher ignores (`trap "" SIG` before `exec`)."""
+    launcher_opts: dict[str, str] = field(default_factory=dict)
+    """The launcher's options before the training script, `-` spelling (`nnodes`, `master-addr`); flags as ""."""
 
 
 @dataclass
@@ -248,16 +250,24 @@ class Script:
     traps: list[str] = field(default_factory=list)
 
 
+# torchrun's (and torch.distributed.launch's) options that take no value; every other one takes one
+_LAUNCHER_FLAGS = {"standalone", "module", "no-python", "run-path", "virtual-local-rank", "use-env", "help", "m", "h"}
+
+
 def _launcher_args(args: list[str]) -> dict[str, str]:
-    """torchrun's `--opt=v`, `--opt v` and bare flags (a value is the next word unless it is an option)."""
+    """The launcher's own options, `-` spelling (`--opt=v`, `--opt v`, `-r 3`, flags as ""), up to the
+    training script: argparse ends them at the first operand, the rest are the script's arguments."""
     into: dict[str, str] = {}
     i = 0
-    while i < len(args):
-        key, eq, value = args[i].partition("=")
-        if key.startswith("--"):
-            if not eq and i + 1 < len(args) and not args[i + 1].startswith("-"):
-                value, i = args[i + 1], i + 1
-            into[key[2:]] = value
+    while i < len(args) and args[i].startswith("-") and args[i] != "-":
+        if args[i] == "--":
+            break
+        key, eq, value = _dashes(args[i]).lstrip("-").partition("=")
+        if len(key) > 1 and not args[i].startswith("--"):  # `-r3`: a short option with its value attached
+            key, value, eq = key[0], key[1:], "="
+        if not eq and key not in _LAUNCHER_FLAGS and i + 1 < len(args):
+            value, i = args[i + 1], i + 1
+        into[key] = value
         i += 1
     return into
 
@@ -347,11 +357,12 @@ def _parse_launch(number: int, words: list[str], script: Script, srun: dict[str,
             return None  # `python -c ...`, `python --version`: not training
     else:
         return None
-    opts_map = _launcher_args([_dashes(w) for w in rest])
+    opts_map = _launcher_args(rest) if launcher else {}
     nproc = opts_map.get("nproc-per-node")
     return Launch(number, srun is not None, srun or {}, launcher, int(nproc) if nproc and nproc.isdigit() else None,
                   python=words[0], rdzv_endpoint=opts_map.get("rdzv-endpoint"),
-                  signals_to_handle=opts_map.get("signals-to-handle"), ignored=" ".join(ignored).split())
+                  signals_to_handle=opts_map.get("signals-to-handle"), ignored=" ".join(ignored).split(),
+                  launcher_opts=opts_map)
 
 
 def _dashes(word: str) -> str:

@@ -215,3 +215,32 @@ def test_cli_lints_a_script_that_is_not_utf8(tmp_path: Path, capsys: pytest.Capt
     script.write_bytes(b"#!/bin/bash\n# caf\xe9\n#SBATCH --ntasks=4\npython t.py\n")  # sbatch accepts it
     assert main(["lint", str(script)]) == 1
     assert "error: [python-without-srun] line 4:" in capsys.readouterr().out
+
+
+TORCHRUN = FIXTURES / "lint_torchrun"
+TORCHRUN_JOB = "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1 --gpus-per-node=4\n"
+
+
+def _only(text: str, code: str) -> list[str]:
+    return [str(f) for f in lint(text) if f.code == code]
+
+
+def test_torchrun_on_two_nodes_without_a_rendezvous_endpoint_hangs() -> None:
+    (f,) = [f for f in lint((TORCHRUN / "no_rendezvous.sbatch").read_text()) if f.severity == "error"]
+    assert (f.code, f.message) == ("torchrun-no-rendezvous",
+                                   "line 4: torchrun --nnodes=2 without --rdzv-endpoint (or --master-addr): each "
+                                   "node's launcher waits for the other nodes on its own localhost (127.0.0.1:29500), "
+                                   "and the job hangs until the rendezvous times out.")
+    assert f.hint.startswith('--rdzv-backend=c10d --rdzv-endpoint="$head:$port" --rdzv-id=$SLURM_JOB_ID')
+
+
+@pytest.mark.parametrize(("launch", "flagged"), [
+    ("srun -K torchrun --nnodes=$SLURM_NNODES --nproc-per-node=4 t.py", True),
+    ("srun -K python -m torch.distributed.run --nnodes 2 --nproc-per-node=4 t.py", True),
+    ("srun -K torchrun --nnodes=2 --nproc-per-node=4 t.py --rdzv-endpoint=x:1", True),  # the script's argument
+    ("srun -K torchrun --nnodes=2 --nproc-per-node=4 --rdzv_endpoint=$head:$port t.py", False),
+    ("srun -K torchrun --nnodes=2 --nproc-per-node=4 --rdzv-endpoint $head:$port t.py", False),
+    ("srun -K torchrun --nnodes=2 --nproc-per-node=4 --master-addr=$head --node-rank=$SLURM_NODEID t.py", False),
+])
+def test_torchrun_rendezvous_endpoint_read_from_its_own_options(launch: str, flagged: bool) -> None:
+    assert bool(_only(TORCHRUN_JOB + launch + "\n", "torchrun-no-rendezvous")) is flagged
