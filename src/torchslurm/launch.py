@@ -17,6 +17,7 @@ import signal
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from torchslurm.distenv import DistEnv, detect
 from torchslurm.errors import ConfigError, DistributedError
@@ -44,6 +45,34 @@ class LaunchPlan:
     """Ranks started by this plan on this machine ('local' only)."""
     reason: str = ""
     """One sentence on why this mode was chosen."""
+
+
+def check_run_options(script: str, nproc: int | None, max_restarts: int) -> None:
+    """`torchslurm run`'s flags and script, checked before any rank starts (and for --dry-run)."""
+    ConfigError.raise_any([
+        None if nproc is None or nproc >= 1 else
+        f"--nproc={nproc} must be at least 1. HINT: --nproc 2 starts two ranks.",
+        None if max_restarts >= 0 else
+        f"--max-restarts={max_restarts} must be 0 or more. HINT: --max-restarts 0 (the default) fails on the "
+        "first error; --max-restarts 3 restarts all ranks up to 3 times.",
+        script_problem(script),
+    ])
+
+
+def script_problem(script: str) -> str | None:
+    """Why `python script` cannot start, or None: it must be a file (or a folder with __main__.py,
+    which python runs too)."""
+    path = Path(script)
+    if path.is_file() or (path.is_dir() and (path / "__main__.py").is_file()):
+        return None
+    if path.is_dir():
+        seen = "is a directory without __main__.py"
+    elif path.exists():
+        seen = "is not a regular file"
+    else:
+        seen = "does not exist"
+    return (f"script {script!r} {seen}; expected a Python file. HINT: give the path of the training script, "
+            "e.g. `torchslurm run --nproc 2 train.py`.")
 
 
 def plan(environ: Mapping[str, str], script: str, args: Sequence[str], nproc: int | None,
@@ -116,9 +145,9 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if not os.path.exists(launch_plan.argv[1]):
-        raise ConfigError(f"script {launch_plan.argv[1]!r} does not exist. HINT: give the path of a "
-                          "Python file, e.g. `torchslurm run --nproc 2 train.py`.")
+    ConfigError.raise_any([script_problem(launch_plan.argv[1])])
+    if max_restarts < 0:  # torch's agent would divide by zero after the ranks ran
+        raise ConfigError(f"--max-restarts={max_restarts} must be 0 or more. HINT: --max-restarts 0.")
     if "OMP_NUM_THREADS" not in environ:
         # Like torchrun: N ranks each spawning one thread per core oversubscribe the machine.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch_plan.nproc))

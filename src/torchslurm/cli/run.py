@@ -24,13 +24,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="local runs: restart all ranks up to K times after a failure")
     parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
     parser.add_argument("script", help="the Python script to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    rest = parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    rest.required = False  # argparse counts a REMAINDER positional as required, and would say so when none is given
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from torchslurm import launch
 
+    launch.check_run_options(args.script, args.nproc, args.max_restarts)  # before anything starts, --dry-run too
     plan = launch.plan(os.environ, args.script, args.args, args.nproc, sys.executable, _cuda_device_count())
     if args.dry_run:
         print(f"{plan.mode}: {plan.reason}")

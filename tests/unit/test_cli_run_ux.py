@@ -1,0 +1,117 @@
+"""Inputs that used to be accepted and then fail late (or with a traceback): each is refused up front,
+with what was given, what was expected and a HINT, before any rank starts (also for --dry-run)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchslurm import launch
+from torchslurm.cli import main
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Run:
+    """`torchslurm ARGS…` in tmp_path (which holds ok.py and adir/) on a plain machine; nothing is started:
+    launch.execute records its plan and returns 0 (the test fails if a refused input got that far)."""
+    for name in [k for k in os.environ if k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "LOCAL_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    (tmp_path / "adir").mkdir()
+    started: list[Any] = []
+    monkeypatch.setattr(launch, "execute", lambda plan, environ, **kw: started.append(plan) or 0)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        if code != 0:
+            assert not started, f"{argv} started ranks before failing"
+        assert "Traceback" not in err
+        return code, out, err
+
+    return run
+
+
+# ---- finding 1: numeric flags of `run` ------------------------------------------------------------
+
+def test_negative_max_restarts_is_refused_before_anything_starts(cli: Run) -> None:
+    code, out, err = cli("run", "--max-restarts", "-1", "--nproc", "1", "ok.py")
+    assert code == 2 and out == ""
+    assert err == ("error: --max-restarts=-1 must be 0 or more. HINT: --max-restarts 0 (the default) fails on the "
+                   "first error; --max-restarts 3 restarts all ranks up to 3 times.\n")
+
+
+def test_negative_max_restarts_is_refused_by_dry_run_too(cli: Run) -> None:
+    code, out, err = cli("run", "--dry-run", "--max-restarts", "-1", "ok.py")
+    assert (code, out) == (2, "") and "--max-restarts=-1 must be 0 or more. HINT: --max-restarts 0" in err
+
+
+def test_every_bad_run_flag_is_named_at_once(cli: Run) -> None:
+    code, _, err = cli("run", "--nproc", "0", "--max-restarts", "-2", "nothere.py")
+    assert code == 2
+    assert err.startswith("error: 3 invalid settings:\n")
+    assert "--nproc=0 must be at least 1. HINT: --nproc 2 starts two ranks." in err
+    assert "--max-restarts=-2 must be 0 or more. HINT:" in err
+    assert "script 'nothere.py' does not exist" in err
+
+
+def test_execute_refuses_negative_max_restarts_from_the_python_api(tmp_path: Path) -> None:
+    script = tmp_path / "ok.py"
+    script.write_text("")
+    plan = launch.LaunchPlan(mode="local", argv=("python", str(script)), nproc=1)
+    with pytest.raises(launch.ConfigError, match=r"--max-restarts=-1 must be 0 or more\. HINT: --max-restarts 0"):
+        launch._run_local(plan, {}, max_restarts=-1)
+
+
+def test_zero_max_restarts_and_a_script_are_accepted(cli: Run) -> None:
+    code, out, _ = cli("run", "--dry-run", "--max-restarts", "0", "--nproc", "1", "ok.py", "--lr", "1")
+    assert code == 0 and out.splitlines()[1].endswith(" ok.py --lr 1")
+
+
+# ---- finding 2: the script must be a file --------------------------------------------------------
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_directory_is_not_a_script(cli: Run, dry_run: list[str]) -> None:
+    code, out, err = cli("run", *dry_run, "adir")
+    assert (code, out) == (2, "")
+    assert err == ("error: script 'adir' is a directory without __main__.py; expected a Python file. HINT: give "
+                   "the path of the training script, e.g. `torchslurm run --nproc 2 train.py`.\n")
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_missing_script_is_refused_also_by_dry_run(cli: Run, dry_run: list[str]) -> None:
+    code, out, err = cli("run", *dry_run, "nothere.py")
+    assert (code, out) == (2, "")
+    assert err == ("error: script 'nothere.py' does not exist; expected a Python file. HINT: give the path of "
+                   "the training script, e.g. `torchslurm run --nproc 2 train.py`.\n")
+
+
+def test_a_folder_with_main_runs_like_python_runs_it(cli: Run, tmp_path: Path) -> None:
+    (tmp_path / "adir" / "__main__.py").write_text("print('ok')\n")
+    assert cli("run", "--dry-run", "adir")[0] == 0
+
+
+# ---- finding 6: bare `run` -----------------------------------------------------------------------
+
+def test_bare_run_asks_only_for_the_script(cli: Run) -> None:
+    code, _, err = cli("run")
+    assert code == 2
+    assert err == ("error: torchslurm run: the following arguments are required: script. "
+                   "HINT: `torchslurm run --help` lists the options.\n")
+
+
+def test_script_arguments_still_pass_through(cli: Run) -> None:
+    code, out, _ = cli("run", "--dry-run", "ok.py", "--nproc", "5", "x")
+    assert code == 0 and out.splitlines()[1].endswith(" ok.py --nproc 5 x")
+
