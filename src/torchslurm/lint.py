@@ -239,6 +239,20 @@ def _check_rendezvous(s: Script) -> list[Finding]:
                           f"{where}: {ln.launcher} --nnodes={opts.get('nnodes')} without --rdzv-endpoint (or "
                           "--master-addr): each node's launcher waits for the other nodes on its own localhost "
                           "(127.0.0.1:29500), and the job hangs until the rendezvous times out.", _RDZV_HINT))
+        if nodes > 1 and "standalone" in opts:
+            out.append(_f("error", "torchrun-standalone",
+                          f"{where}: {ln.launcher} --standalone on each of the {nodes} nodes of the step: "
+                          "every node runs its own separate training with a rendezvous on localhost, i.e. "
+                          f"{nodes} independent jobs writing the same checkpoints.",
+                          f"replace --standalone with {_RDZV_HINT}"))
+        elif nodes > 1 and nnodes and not nnodes[0] <= nodes <= nnodes[1]:
+            given = f"--nnodes={opts['nnodes']}" if "nnodes" in opts else "no --nnodes (torchrun's default: 1)"
+            why = ("every node runs its own separate training" if nnodes[1] == 1 else
+                   "the rendezvous " + ("waits for nodes that never come" if nodes < nnodes[0] else
+                                        f"takes {nnodes[1]} of them and the others wait"))
+            out.append(_f("error", "torchrun-nnodes",
+                          f"{where}: {ln.launcher} with {given}, but srun starts it on {nodes} nodes: {why}.",
+                          "--nnodes=$SLURM_NNODES (one launcher per node of the step)."))
     return out
 
 

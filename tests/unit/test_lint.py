@@ -66,7 +66,7 @@ def test_tasks_vs_gpus_under_srun() -> None:
 
 def test_nproc_vs_gpus_and_launcher_per_task() -> None:
     text = ("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=4 --gres=gpu:a100:4\n"
-            "srun --kill-on-bad-exit=1 torchrun --nproc_per_node=2 train.py\n")
+            "srun --kill-on-bad-exit=1 torchrun --nproc_per_node=2 --nnodes=2 --rdzv-endpoint=$h:$p train.py\n")
     assert {f.code for f in lint(text)} == {"launcher-per-task", "nproc-vs-gpus"}
 
 
@@ -141,7 +141,7 @@ def test_srun_value_in_the_next_word_is_not_the_command() -> None:
 @pytest.mark.parametrize("srun", ["srun -K --ntasks-per-node=1", "srun -K -n $SLURM_NNODES --ntasks-per-node=1",
                                   "srun -K --ntasks=2"])
 def test_launcher_per_node_as_the_hint_says_is_clean(srun: str) -> None:
-    assert lint(f"{GPU_JOB}{srun} torchrun --nproc-per-node=4 train.py\n") == []
+    assert lint(f"{GPU_JOB}{srun} torchrun --nproc-per-node=4 --nnodes=2 --rdzv-endpoint=$h:$p train.py\n") == []
 
 
 @pytest.mark.parametrize(("directive", "message", "hint"), [
@@ -244,3 +244,34 @@ def test_torchrun_on_two_nodes_without_a_rendezvous_endpoint_hangs() -> None:
 ])
 def test_torchrun_rendezvous_endpoint_read_from_its_own_options(launch: str, flagged: bool) -> None:
     assert bool(_only(TORCHRUN_JOB + launch + "\n", "torchrun-no-rendezvous")) is flagged
+
+
+def test_torchrun_standalone_on_two_nodes_runs_two_separate_trainings() -> None:
+    (f,) = lint((TORCHRUN / "standalone.sbatch").read_text())
+    assert (f.severity, f.code, f.message) == (
+        "error", "torchrun-standalone", "line 4: torchrun --standalone on each of the 2 nodes of the step: every "
+        "node runs its own separate training with a rendezvous on localhost, i.e. 2 independent jobs writing the "
+        "same checkpoints.")
+    assert f.hint.startswith("replace --standalone with --rdzv-backend=c10d")
+
+
+@pytest.mark.parametrize(("launch", "code"), [
+    ("srun -K torchrun --standalone --nproc-per-node=4 t.py", "torchrun-standalone"),
+    ("srun -K -N2 torchrun --standalone --nproc-per-node=4 t.py", "torchrun-standalone"),
+    ("srun -K -N1 -n1 torchrun --standalone --nproc-per-node=4 t.py", None),  # a one-node step
+    ("srun -K --ntasks=1 torchrun --standalone --nproc-per-node=4 t.py", None),
+    ("srun -K torchrun --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", "torchrun-nnodes"),
+    ("srun -K torchrun --nnodes=1 --nproc-per-node=4 t.py", "torchrun-nnodes"),
+    ("srun -K torchrun --nnodes=4 --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", "torchrun-nnodes"),
+    ("srun -K torchrun --nnodes=1:4 --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", None),
+    ("srun -K torchrun --nnodes=$SLURM_NNODES --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", None),
+])
+def test_torchrun_that_does_not_span_the_step(launch: str, code: str | None) -> None:
+    assert [f.code for f in lint(TORCHRUN_JOB + launch + "\n")] == ([code] if code else [])
+
+
+def test_torchrun_without_nnodes_says_its_default() -> None:
+    (f,) = lint(TORCHRUN_JOB + "srun -K torchrun --nproc-per-node=4 t.py\n")
+    assert f.message == ("line 3: torchrun with no --nnodes (torchrun's default: 1), but srun starts it on 2 nodes: "
+                         "every node runs its own separate training.")
+    assert f.hint == "--nnodes=$SLURM_NNODES (one launcher per node of the step)."
