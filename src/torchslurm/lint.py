@@ -233,8 +233,10 @@ def _check_rendezvous(s: Script) -> list[Finding]:
             continue
         opts, where, nodes, nnodes = ln.launcher_opts, f"line {ln.line}", _step_nodes(ln, job_nodes), _nnodes(ln)
         multi = nnodes[1] > 1 if nnodes else nodes > 1
-        if multi and "standalone" not in opts and "rdzv-endpoint" not in opts and "master-addr" not in opts:
-            # no endpoint: the static rendezvous on MASTER_ADDR's default, 127.0.0.1, on every node
+        static = opts.get("rdzv-backend", "static") == "static"  # torchrun's default
+        endpoint = "rdzv-endpoint" in opts or ("master-addr" in opts and static)
+        if multi and "standalone" not in opts and not endpoint:
+            # run.py get_rdzv_endpoint: only the static backend falls back to --master-addr (default 127.0.0.1)
             out.append(_f("error", "torchrun-no-rendezvous",
                           f"{where}: {ln.launcher} --nnodes={opts.get('nnodes')} without --rdzv-endpoint (or "
                           "--master-addr): each node's launcher waits for the other nodes on its own localhost "
@@ -253,7 +255,46 @@ def _check_rendezvous(s: Script) -> list[Finding]:
             out.append(_f("error", "torchrun-nnodes",
                           f"{where}: {ln.launcher} with {given}, but srun starts it on {nodes} nodes: {why}.",
                           "--nnodes=$SLURM_NNODES (one launcher per node of the step)."))
+        out += _check_static_rendezvous(ln, multi)
     return out
+
+
+_NODE_RANK_HINT = ("--node-rank=$SLURM_NODEID, expanded by each task: srun bash -c 'exec torchrun "
+                   "--node-rank=$SLURM_NODEID ...' (single quotes: in `srun torchrun ...` the batch shell expands it, "
+                   "to 0, for every node); or drop --master-addr and --node-rank for the c10d rendezvous: ")
+
+
+def _check_static_rendezvous(ln: Launch, multi: bool) -> list[Finding]:
+    """--master-addr/--master-port (the static rendezvous): each node must say its own --node-rank."""
+    opts, where = ln.launcher_opts, f"line {ln.line}"
+    out: list[Finding] = []
+    if "standalone" in opts or opts.get("rdzv-backend", "static") != "static":
+        return out
+    rank, source = opts.get("node-rank"), ("--master-addr" if "master-addr" in opts else
+                                           "--rdzv-endpoint without --rdzv-backend=c10d")
+    if multi and rank is None and ("master-addr" in opts or "rdzv-endpoint" in opts):
+        out.append(_f("error", "torchrun-node-rank",
+                      f"{where}: {ln.launcher} with the static rendezvous ({source}) on several nodes "
+                      "and no --node-rank: every node takes node rank 0 (the default), so all claim the same "
+                      "ranks and the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
+    elif multi and rank is not None and ("$" not in rank or not ln.per_task):
+        why = ("is the same on every node" if "$" not in rank else
+               "is expanded once, by the batch shell before srun starts, to the same value on every node")
+        out.append(_f("error", "torchrun-node-rank",
+                      f"{where}: {ln.launcher} --node-rank={rank} {why}: all nodes claim the same ranks and "
+                      "the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
+    port = opts.get("master-port", "")
+    if port.isdigit():
+        out.append(_fixed_master_port(f"{where}: {ln.launcher} --master-port={port}",
+                                      "--master-port=$((10000 + SLURM_JOB_ID * 8 % 22768)) (a port per job), "
+                                      "or the c10d rendezvous: " + _RDZV_HINT))
+    return out
+
+
+def _fixed_master_port(what: str, hint: str) -> Finding:
+    """A literal master port: two jobs sharing a node collide on it."""
+    return _f("error", "fixed-master-port",
+              f"{what} is fixed; a second job on the same node gets EADDRINUSE or joins this job's store.", hint)
 
 
 def _check_master(s: Script) -> list[Finding]:
@@ -274,10 +315,8 @@ def _check_master(s: Script) -> list[Finding]:
     if "MASTER_PORT" in exports:
         line, value = exports["MASTER_PORT"]
         if value.isdigit():
-            out.append(_f("error", "fixed-master-port",
-                          f"line {line}: MASTER_PORT={value} is fixed; a second job on the same node gets "
-                          "EADDRINUSE or joins this job's store.",
-                          "remove it: torchslurm.init() derives the port from SLURM_JOB_ID."))
+            out.append(_fixed_master_port(f"line {line}: MASTER_PORT={value}",
+                                          "remove it: torchslurm.init() derives the port from SLURM_JOB_ID."))
     return out
 
 

@@ -229,6 +229,8 @@ class Launch:
     """Signals the launcher ignores (`trap "" SIG` before `exec`)."""
     launcher_opts: dict[str, str] = field(default_factory=dict)
     """The launcher's options before the training script, `-` spelling (`nnodes`, `master-addr`); flags as ""."""
+    per_task: bool = False
+    """Each task's shell expands the `$VARS` of this line (`srun bash -c '...'`), not the batch shell once."""
 
 
 @dataclass
@@ -278,8 +280,10 @@ def parse(text: str) -> Script:
     return script
 
 
-def _parse_body(text: str, script: Script, first_line: int, srun: dict[str, str] | None, header: bool) -> None:
-    """`srun`: the options of the srun that runs this text (`srun bash -c '...'`), None in the batch shell."""
+def _parse_body(text: str, script: Script, first_line: int, srun: dict[str, str] | None, header: bool,
+                per_task: bool = False) -> None:
+    """`srun`: the options of the srun that runs this text (`srun bash -c '...'`), None in the batch shell.
+    `per_task`: each task's shell expands this text's `$VARS` (it came single-quoted)."""
     in_case, top = False, header
     for number, line in logical_lines(text):
         number += first_line - 1
@@ -302,7 +306,7 @@ def _parse_body(text: str, script: Script, first_line: int, srun: dict[str, str]
             in_case = False
         if stripped.startswith("esac"):
             in_case = False
-        _parse_command(number, stripped, script, srun)
+        _parse_command(number, stripped, script, srun, per_task)
 
 
 def _tokens(line: str) -> list[str]:
@@ -312,7 +316,7 @@ def _tokens(line: str) -> list[str]:
         return line.split()
 
 
-def _parse_command(number: int, line: str, script: Script, srun: dict[str, str] | None) -> None:
+def _parse_command(number: int, line: str, script: Script, srun: dict[str, str] | None, per_task: bool) -> None:
     for part in commands(line):
         words = _tokens(part)
         while words and words[0] in _PREFIX_WORDS:  # `then srun ...`, `exec python ...`
@@ -325,12 +329,15 @@ def _parse_command(number: int, line: str, script: Script, srun: dict[str, str] 
             key, _, value = words[0].partition("=")
             (script.exports if srun is None else script.task_exports)[key] = (number, value)
             words = words[1:]
-        launch = _parse_launch(number, words, script, srun)
+        launch = _parse_launch(number, words, script, srun, (per_task, part))
         if launch is not None:
             script.launches.append(launch)
 
 
-def _parse_launch(number: int, words: list[str], script: Script, srun: dict[str, str] | None) -> Launch | None:
+def _parse_launch(number: int, words: list[str], script: Script, srun: dict[str, str] | None,
+                  shell: tuple[bool, str]) -> Launch | None:
+    """`shell`: whether each task expands this command's `$VARS`, and the command as written."""
+    per_task, raw = shell
     ignored: list[str] = []
     if words and PurePosixPath(words[0]).name == "srun":
         pairs, words = parse_options(words[1:], SRUN, True)
@@ -338,7 +345,9 @@ def _parse_launch(number: int, words: list[str], script: Script, srun: dict[str,
     if len(words) >= 3 and PurePosixPath(words[0]).name in ("bash", "sh") and words[1] == "-c":
         code = words[2]
         if '"$@"' not in code:  # `srun bash -c '<script>'`: lint the inner script as run by each task
-            _parse_body(code, script, first_line=number, srun=srun, header=False)
+            # `bash -c '...'`: each task expands the variables; `bash -c "..."`: the batch shell did, once
+            inner = per_task or re.search(r"(^|\s)-c\s+'", raw) is not None
+            _parse_body(code, script, first_line=number, srun=srun, header=False, per_task=inner)
             return None
         # `bash -c 'trap "" SIG; exec "$@"' NAME cmd...`: the command is the rest, signals ignored
         ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code)
@@ -362,7 +371,7 @@ def _parse_launch(number: int, words: list[str], script: Script, srun: dict[str,
     return Launch(number, srun is not None, srun or {}, launcher, int(nproc) if nproc and nproc.isdigit() else None,
                   python=words[0], rdzv_endpoint=opts_map.get("rdzv-endpoint"),
                   signals_to_handle=opts_map.get("signals-to-handle"), ignored=" ".join(ignored).split(),
-                  launcher_opts=opts_map)
+                  launcher_opts=opts_map, per_task=per_task)
 
 
 def _dashes(word: str) -> str:

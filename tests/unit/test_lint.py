@@ -13,6 +13,7 @@ from torchslurm.sbatch import render
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SEEDS = FIXTURES / "seed_scripts"
+C10D = "--rdzv-backend=c10d --rdzv-endpoint=$h:$p"  # the rendezvous torchrun needs across nodes
 
 # What each seed script gets wrong, by the seed's own text (see the fixture headers).
 EXPECTED = {
@@ -66,7 +67,7 @@ def test_tasks_vs_gpus_under_srun() -> None:
 
 def test_nproc_vs_gpus_and_launcher_per_task() -> None:
     text = ("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=4 --gres=gpu:a100:4\n"
-            "srun --kill-on-bad-exit=1 torchrun --nproc_per_node=2 --nnodes=2 --rdzv-endpoint=$h:$p train.py\n")
+            "srun --kill-on-bad-exit=1 torchrun --nproc_per_node=2 --nnodes=2 " + C10D + " train.py\n")
     assert {f.code for f in lint(text)} == {"launcher-per-task", "nproc-vs-gpus"}
 
 
@@ -141,7 +142,7 @@ def test_srun_value_in_the_next_word_is_not_the_command() -> None:
 @pytest.mark.parametrize("srun", ["srun -K --ntasks-per-node=1", "srun -K -n $SLURM_NNODES --ntasks-per-node=1",
                                   "srun -K --ntasks=2"])
 def test_launcher_per_node_as_the_hint_says_is_clean(srun: str) -> None:
-    assert lint(f"{GPU_JOB}{srun} torchrun --nproc-per-node=4 --nnodes=2 --rdzv-endpoint=$h:$p train.py\n") == []
+    assert lint(f"{GPU_JOB}{srun} torchrun --nproc-per-node=4 --nnodes=2 {C10D} train.py\n") == []
 
 
 @pytest.mark.parametrize(("directive", "message", "hint"), [
@@ -241,6 +242,7 @@ def test_torchrun_on_two_nodes_without_a_rendezvous_endpoint_hangs() -> None:
     ("srun -K torchrun --nnodes=2 --nproc-per-node=4 --rdzv_endpoint=$head:$port t.py", False),
     ("srun -K torchrun --nnodes=2 --nproc-per-node=4 --rdzv-endpoint $head:$port t.py", False),
     ("srun -K torchrun --nnodes=2 --nproc-per-node=4 --master-addr=$head --node-rank=$SLURM_NODEID t.py", False),
+    ("srun -K torchrun --nnodes=2 --nproc-per-node=4 --master-addr=$head --rdzv-backend=c10d t.py", True),
 ])
 def test_torchrun_rendezvous_endpoint_read_from_its_own_options(launch: str, flagged: bool) -> None:
     assert bool(_only(TORCHRUN_JOB + launch + "\n", "torchrun-no-rendezvous")) is flagged
@@ -260,11 +262,11 @@ def test_torchrun_standalone_on_two_nodes_runs_two_separate_trainings() -> None:
     ("srun -K -N2 torchrun --standalone --nproc-per-node=4 t.py", "torchrun-standalone"),
     ("srun -K -N1 -n1 torchrun --standalone --nproc-per-node=4 t.py", None),  # a one-node step
     ("srun -K --ntasks=1 torchrun --standalone --nproc-per-node=4 t.py", None),
-    ("srun -K torchrun --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", "torchrun-nnodes"),
+    ("srun -K torchrun --nproc-per-node=4 " + C10D + " t.py", "torchrun-nnodes"),
     ("srun -K torchrun --nnodes=1 --nproc-per-node=4 t.py", "torchrun-nnodes"),
-    ("srun -K torchrun --nnodes=4 --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", "torchrun-nnodes"),
-    ("srun -K torchrun --nnodes=1:4 --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", None),
-    ("srun -K torchrun --nnodes=$SLURM_NNODES --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", None),
+    ("srun -K torchrun --nnodes=4 --nproc-per-node=4 " + C10D + " t.py", "torchrun-nnodes"),
+    ("srun -K torchrun --nnodes=1:4 --nproc-per-node=4 " + C10D + " t.py", None),
+    ("srun -K torchrun --nnodes=$SLURM_NNODES --nproc-per-node=4 " + C10D + " t.py", None),
 ])
 def test_torchrun_that_does_not_span_the_step(launch: str, code: str | None) -> None:
     assert [f.code for f in lint(TORCHRUN_JOB + launch + "\n")] == ([code] if code else [])
@@ -275,3 +277,48 @@ def test_torchrun_without_nnodes_says_its_default() -> None:
     assert f.message == ("line 3: torchrun with no --nnodes (torchrun's default: 1), but srun starts it on 2 nodes: "
                          "every node runs its own separate training.")
     assert f.hint == "--nnodes=$SLURM_NNODES (one launcher per node of the step)."
+
+
+def test_torchrun_master_addr_without_node_rank_on_two_nodes() -> None:
+    found = lint((TORCHRUN / "no_node_rank.sbatch").read_text())
+    assert [f.code for f in found] == ["torchrun-node-rank", "fixed-master-port"]
+    rank, port = found
+    assert rank.message == ("line 4: torchrun with the static rendezvous (--master-addr) on several nodes and no "
+                            "--node-rank: every node takes node rank 0 (the default), so all claim the same ranks "
+                            "and the job hangs or builds the wrong world.")
+    assert rank.hint.startswith("--node-rank=$SLURM_NODEID, expanded by each task: srun bash -c 'exec torchrun "
+                                "--node-rank=$SLURM_NODEID ...'") and "--rdzv-backend=c10d" in rank.hint
+    assert port.message == ("line 4: torchrun --master-port=29500 is fixed; a second job on the same node gets "
+                            "EADDRINUSE or joins this job's store.")
+    assert port.hint.startswith("--master-port=$((10000 + SLURM_JOB_ID * 8 % 22768)) (a port per job)")
+
+
+STATIC = "torchrun --nnodes=2 --nproc-per-node=4 --master-addr=$head --master-port=$port"
+
+
+@pytest.mark.parametrize(("launch", "why"), [
+    (f"srun -K {STATIC} --node_rank=0 t.py", "--node-rank=0 is the same on every node"),
+    (f"srun -K {STATIC} --node-rank 1 t.py", "--node-rank=1 is the same on every node"),
+    (f"srun -K {STATIC} --node-rank=$SLURM_NODEID t.py", "--node-rank=$SLURM_NODEID is expanded once, by the batch "
+     "shell before srun starts, to the same value on every node"),
+    (f'srun -K bash -c "{STATIC} --node-rank=$SLURM_NODEID t.py"', "is expanded once, by the batch shell"),
+    ("srun -K torchrun --nnodes=2 --nproc-per-node=4 --rdzv-endpoint=$h:$p t.py", "and no --node-rank"),
+    (f"srun -K {STATIC} --node-rank=$SLURM_NODEID --rdzv-backend=c10d t.py", None),
+    (f"srun -K bash -c '{STATIC} --node-rank=$SLURM_NODEID t.py'", None),
+    (f"srun -K bash -c 'cd /x && exec {STATIC} --node_rank=${{SLURM_NODEID}} t.py'", None),
+    (f"srun -K -N1 -n1 {STATIC.replace('nnodes=2', 'nnodes=1')} t.py", None),
+])
+def test_torchrun_node_rank_must_differ_per_node(launch: str, why: str | None) -> None:
+    found = [f for f in lint(TORCHRUN_JOB + launch + "\n") if f.code == "torchrun-node-rank"]
+    assert [why in f.message for f in found] == ([True] if why else [])
+    assert all(f.severity == "error" and f.hint.startswith("--node-rank=$SLURM_NODEID") for f in found)
+
+
+@pytest.mark.parametrize(("launch", "flagged"), [
+    ("srun -K torchrun --standalone --nproc-per-node=4 --master_port=29500 t.py", False),  # ignored: standalone
+    ("torchrun --nproc-per-node=4 --master-port 29400 t.py", True),
+    ("torchrun --nproc-per-node=4 --master-port=$((10000 + SLURM_JOB_ID % 20000)) t.py", False),
+])
+def test_fixed_master_port_on_the_launcher(launch: str, flagged: bool) -> None:
+    text = "#!/bin/bash\n#SBATCH --ntasks-per-node=1 --gpus-per-node=4\n" + launch + "\n"
+    assert bool(_only(text, "fixed-master-port")) is flagged
