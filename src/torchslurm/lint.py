@@ -7,6 +7,7 @@ multi-node mistakes. Nothing is executed.
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from pathlib import PurePosixPath
 from torchslurm.errors import ConfigError
 from torchslurm.findings import Finding, Severity
 from torchslurm.jobspec import parse_time
-from torchslurm.lint_parse import Launch, Script, parse
+from torchslurm.lint_parse import SBATCH, Launch, Script, long_matches, parse
 
 __all__ = ["gpus_per_node", "lint", "parse", "tasks_per_node"]
 
@@ -94,7 +95,7 @@ def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Fi
     """All pitfalls found in `text`, errors first. `path_exists` lets the CLI check log directories."""
     script = parse(text)
     found: list[Finding] = []
-    for check in (_check_values, _check_presence, _check_counts, _check_launches, _check_rendezvous,
+    for check in (_check_options, _check_values, _check_presence, _check_counts, _check_launches, _check_rendezvous,
                   _check_master, _check_nic, _check_signal, _check_export, _check_batch_rank_vars):
         found += check(script)
     found += _check_output_dir(script, path_exists)
@@ -104,6 +105,32 @@ def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Fi
 
 def _f(severity: Severity, code: str, message: str, hint: str) -> Finding:
     return Finding(severity, code, message, hint)
+
+
+def _check_options(s: Script) -> list[Finding]:
+    """`#SBATCH` options sbatch does not know: it refuses the whole script (`unrecognized option`)."""
+    out = []
+    for line, key, value in s.directive_list:
+        shown = f"line {line}: #SBATCH " + (f"-{key} {value}".strip() if len(key) == 1 else
+                                           f"--{key}" + (f"={value}" if value else ""))
+        if len(key) == 1:
+            if key not in SBATCH.short_names:
+                out.append(_f("error", "unknown-option", f"{shown}: sbatch has no option -{key} and refuses the "
+                              "script (checked against sbatch 22.05's options).",
+                              "check the letter in `sbatch --help`, or write the long option (#SBATCH --nodes=2)."))
+            continue
+        matches = long_matches(key, SBATCH)
+        if len(matches) > 1:
+            out.append(_f("error", "unknown-option", f"{shown}: --{key} is ambiguous, the start of "
+                          f"{', '.join('--' + m for m in matches)}; sbatch refuses the script.",
+                          f"spell the option out, e.g. #SBATCH --{matches[0]}{'=' + value if value else ''}."))
+        elif not matches:
+            close = difflib.get_close_matches(key.replace("_", "-"), sorted(SBATCH.long_names), n=1, cutoff=0.6)
+            fix = (f"did you mean --{close[0]}? #SBATCH --{close[0]}{'=' + value if value else ''}" if close else
+                   "check the spelling in `sbatch --help` (or `man sbatch`)")
+            out.append(_f("error", "unknown-option", f"{shown}: sbatch has no option --{key} and refuses the script "
+                          "(`sbatch: unrecognized option`; checked against sbatch 22.05's options).", fix + "."))
+    return out
 
 
 def _check_values(s: Script) -> list[Finding]:

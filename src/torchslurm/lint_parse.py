@@ -42,6 +42,10 @@ class Options:
     """Short options with no value."""
     short_optional: str
     """Short options with an optional value, attached (`-K1`)."""
+    long_names: frozenset[str] = frozenset()
+    """Every long option, when known: getopt_long also takes an unambiguous prefix (`--requeu`)."""
+    short_names: str = ""
+    """Every short option, when known."""
 
 
 # Read from sbatch and srun 22.05.8 themselves: every option of `--help`/`--usage`, plus the
@@ -50,7 +54,23 @@ SBATCH = Options(frozenset({
     "contiguous", "exclusive", "get-user-env", "help", "hold", "ignore-pbs", "nice", "no-kill", "no-requeue",
     "overcommit", "oversubscribe", "parsable", "propagate", "quiet", "reboot", "requeue", "spread-job",
     "test-only", "usage", "use-min-nodes", "verbose", "version", "wait"
-}), "hsvHOQVW", "k")
+}), "hsvHOQVW", "k", frozenset({
+    # all of sbatch 22.05.8's long options: each prefix given to `sbatch --PREFIX=1 --help` until getopt_long
+    # named them (its `is ambiguous; possibilities:` list) or refused them (`unrecognized option`)
+    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster", "cluster-constraint",
+    "clusters", "comment", "constraint", "container", "context", "contiguous", "core-spec", "cores-per-socket",
+    "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution", "error",
+    "exclude", "exclusive", "export", "export-file", "extra-node-info", "get-user-env", "gid", "gpu-bind",
+    "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "help", "hint",
+    "hold", "ignore-pbs", "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user",
+    "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice", "no-kill",
+    "no-requeue", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
+    "ntasks-per-socket", "ntasks-per-tres", "open-mode", "output", "overcommit", "oversubscribe", "parsable",
+    "partition", "power", "prefer", "priority", "profile", "propagate", "qos", "quiet", "reboot", "requeue",
+    "reservation", "signal", "sockets-per-node", "spread-job", "switches", "tasks-per-node", "test-only",
+    "thread-spec", "threads-per-core", "time", "time-min", "tmp", "uid", "usage", "use-min-nodes", "verbose",
+    "version", "wait", "wait-all-nodes", "wckey", "wrap",
+}), "abcdehikmnopqstvwxABCDFGHJLMNOQSVW")
 SRUN = Options(frozenset({
     "bcast", "compress", "contiguous", "debugger-test", "disable-status", "exact", "exclusive", "help", "hold",
     "immediate", "interactive", "kill-on-bad-exit", "label", "multi-prog", "nice", "no-allocate", "no-kill",
@@ -75,6 +95,7 @@ def parse_options(args: list[str], table: Options, stop_at_operand: bool) -> tup
                 return found, args[i + (arg == "--"):] if stop_at_operand else []
         elif arg.startswith("--"):
             key, eq, value = arg[2:].partition("=")
+            key = _full_name(key, table)
             if not eq and key not in table.long_flags and i + 1 < len(args):
                 value, i = args[i + 1], i + 1
             found.append((key, value))
@@ -82,6 +103,19 @@ def parse_options(args: list[str], table: Options, stop_at_operand: bool) -> tup
             i = _short_options(args, i, table, found)
         i += 1
     return found, []
+
+
+def long_matches(key: str, table: Options) -> list[str]:
+    """The long options `--key` names as getopt_long reads it: itself, or those it is a prefix of."""
+    if key in table.long_names:
+        return [key]
+    return sorted(name for name in table.long_names if name.startswith(key))
+
+
+def _full_name(key: str, table: Options) -> str:
+    """`requeu` -> `requeue` (an unambiguous prefix); an unknown or ambiguous name as given."""
+    matches = long_matches(key, table) if key else []
+    return matches[0] if len(matches) == 1 else key
 
 
 def _short_options(args: list[str], i: int, table: Options, found: list[tuple[str, str]]) -> int:

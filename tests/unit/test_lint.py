@@ -322,3 +322,36 @@ def test_torchrun_node_rank_must_differ_per_node(launch: str, why: str | None) -
 def test_fixed_master_port_on_the_launcher(launch: str, flagged: bool) -> None:
     text = "#!/bin/bash\n#SBATCH --ntasks-per-node=1 --gpus-per-node=4\n" + launch + "\n"
     assert bool(_only(text, "fixed-master-port")) is flagged
+
+
+def test_misspelled_sbatch_option_is_refused_with_a_suggestion() -> None:
+    (f,) = lint((TORCHRUN / "misspelled_option.sbatch").read_text())
+    assert (f.severity, f.code) == ("error", "unknown-option")
+    assert f.message == ("line 3: #SBATCH --nodse=2: sbatch has no option --nodse and refuses the script (`sbatch: "
+                         "unrecognized option`; checked against sbatch 22.05's options).")
+    assert f.hint == "did you mean --nodes? #SBATCH --nodes=2."
+
+
+@pytest.mark.parametrize(("directive", "message", "hint"), [
+    ("--cpus_per_task=8", "#SBATCH --cpus_per_task=8: sbatch has no option --cpus_per_task",
+     "did you mean --cpus-per-task? #SBATCH --cpus-per-task=8."),
+    ("--gpus-per-nod 4", "#SBATCH --gpus-per-node=4", None),  # a unique prefix: getopt_long takes it
+    ("--requeu", "#SBATCH --requeue", None),
+    ("--no=1", "#SBATCH --no=1: --no is ambiguous, the start of --no-kill, --no-requeue, --nodefile, --nodelist, "
+     "--nodes; sbatch refuses the script.", "spell the option out, e.g. #SBATCH --no-kill=1."),
+    ("--frobnicate", "#SBATCH --frobnicate: sbatch has no option --frobnicate",
+     "check the spelling in `sbatch --help` (or `man sbatch`)."),
+    ("-X 1", "#SBATCH -X 1: sbatch has no option -X", "check the letter in `sbatch --help`"),
+    ("-N 2 -W", None, None), ("--open-mode=append --kill-on-invalid-dep=yes --hint=nomultithread", None, None),
+])
+def test_sbatch_options_checked_against_sbatchs_own_list(directive: str, message: str | None,
+                                                         hint: str | None) -> None:
+    found = [f for f in lint(f"#!/bin/bash\n#SBATCH {directive}\nsrun -K python t.py\n") if f.code == "unknown-option"]
+    if hint is None:
+        assert found == []
+        if message:  # the abbreviation is read as the option it names
+            key, _, value = message.removeprefix("#SBATCH --").partition("=")
+            assert parse(f"#!/bin/bash\n#SBATCH {directive}\n").directives == {key: value}
+    else:
+        (f,) = found
+        assert f.message.startswith(f"line 2: {message}") and f.hint.startswith(hint)

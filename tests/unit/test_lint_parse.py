@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -108,3 +109,17 @@ def test_every_directive_kept_with_its_line_and_late_ones_noted() -> None:
 def test_shell_keywords_before_a_command() -> None:
     script = parse("#!/bin/bash\nif true; then srun python t.py; fi\ntime python u.py\n")
     assert [(ln.line, ln.under_srun) for ln in script.launches] == [(2, True), (3, False)]
+
+
+def test_sbatch_long_options_cover_what_sbatch_help_lists(tmp_path: Path) -> None:
+    """Every option `sbatch --help` and `--usage` name is in the table (sbatch reads a config file first)."""
+    if shutil.which("sbatch") is None:
+        pytest.skip("sbatch is not installed")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=lint\nSlurmctldHost=localhost\n")
+    env = {"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"}
+    text = "".join(subprocess.run([shutil.which("sbatch") or "sbatch", flag], capture_output=True, text=True,
+                                  timeout=30, check=False, env=env).stdout for flag in ("--help", "--usage"))
+    named = set(re.findall(r"--([a-z][a-z0-9-]*)", text))
+    assert len(named) > 80 and named <= SBATCH.long_names
+    assert set(re.findall(r"^\s+-([a-zA-Z]),", text, re.MULTILINE)) <= set(SBATCH.short_names)
