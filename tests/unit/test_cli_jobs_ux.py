@@ -1,0 +1,74 @@
+"""Job submission UX: Slurm's flag names, missing scripts and log directories, preemption flags, cancel signals."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from torchslurm.cli import build_parser, main
+
+
+def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += _parsers(sub)
+    return out
+
+
+def test_no_parser_accepts_abbreviated_flags() -> None:
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 10
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+def test_an_abbreviation_of_a_spec_flag_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(["script", "--gpus-per", "8", "t.py"], capsys)
+    assert err.startswith("error: torchslurm script: unrecognized arguments: --gpus-per. HINT:"), err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["script", "--nodes", "2", "--gpus", "8", "train.py"],
+     "error: torchslurm script: --gpus is Slurm's GPU count for the whole job; torchslurm asks per node. "
+     "HINT: use --gpus-per-node N (the job gets --nodes x N GPUs), e.g. --nodes 2 --gpus-per-node 4 for 8 GPUs.\n"),
+    (["script", "--gpus=8", "train.py"], "error: torchslurm script: --gpus is Slurm's GPU count"),
+    (["submit", "-G", "8", "train.py"], "error: torchslurm submit: -G is Slurm's GPU count"),
+    (["script", "--cpus", "4", "train.py"],
+     "error: torchslurm script: --cpus is not a Slurm or torchslurm flag; CPUs are asked per task. "
+     "HINT: use --cpus-per-task N.\n"),
+    (["script", "--ntasks-per-node", "4", "train.py"],
+     "error: torchslurm script: --ntasks-per-node is spelled --tasks-per-node in torchslurm. "
+     "HINT: use --tasks-per-node N.\n"),
+    (["script", "--ntasks", "8", "train.py"], "--ntasks is Slurm's task count for the whole job; torchslurm asks "
+     "per node. HINT: use --tasks-per-node N (the job gets --nodes x N tasks)"),
+    (["script", "-n4", "train.py"], "error: torchslurm script: -n is Slurm's task count for the whole job"),
+    (["submit", "--job-name", "x", "train.py"],
+     "error: torchslurm submit: --job-name is spelled --name in torchslurm (rendered as #SBATCH --job-name). "
+     "HINT: use --name NAME.\n"),
+    (["script", "--mem-per-gpu", "40G", "train.py"],
+     "--mem-per-gpu is not a job spec field; torchslurm asks memory per node. HINT: use --mem SIZE per node"),
+    (["script", "-t", "10", "train.py"], "-t is sbatch's short form of --time. HINT: use --time.\n"),
+    (["script", "--export", "A=1", "train.py"], "HINT: use --env NAME=VALUE (repeatable).\n"),
+    (["script", "--reservation=maint", "train.py"],
+     "error: torchslurm script: --reservation is an sbatch option that the job spec has no field for (nor one "
+     "for raw sbatch options). HINT: render the script (`torchslurm script ... > job.sbatch`), then "
+     "`sbatch --reservation=... job.sbatch`"),
+])
+def test_slurms_own_flag_names_say_which_torchslurm_flag_to_use(argv: list[str], expected: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(argv, capsys)
+    assert expected in err and err.count("HINT:") == 1, err
+
+
+def test_slurm_advice_only_where_the_subcommand_has_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(["logs", "1", "-o", "x"], capsys)
+    assert err.startswith("error: torchslurm logs: unrecognized arguments: -o x. HINT: `torchslurm logs --help`"), err
