@@ -95,8 +95,8 @@ def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Fi
     """All pitfalls found in `text`, errors first. `path_exists` lets the CLI check log directories."""
     script = parse(text)
     found: list[Finding] = []
-    for check in (_check_options, _check_values, _check_presence, _check_counts, _check_launches, _check_rendezvous,
-                  _check_master, _check_nic, _check_signal, _check_export, _check_batch_rank_vars):
+    for check in (_check_shebang, _check_options, _check_values, _check_presence, _check_counts, _check_launches,
+                  _check_rendezvous, _check_master, _check_nic, _check_signal, _check_export, _check_batch_rank_vars):
         found += check(script)
     found += _check_output_dir(script, path_exists)
     order = {"error": 0, "warning": 1, "info": 2}
@@ -105,6 +105,17 @@ def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Fi
 
 def _f(severity: Severity, code: str, message: str, hint: str) -> Finding:
     return Finding(severity, code, message, hint)
+
+
+def _check_shebang(s: Script) -> list[Finding]:
+    """sbatch takes only scripts whose first two bytes are `#!` (sbatch/opt.c: "This does not look like a batch
+    script"), so that the node knows what interpreter runs it."""
+    if s.first_line.startswith("#!"):
+        return []
+    first = s.first_line if len(s.first_line) <= 40 else s.first_line[:40] + "..."
+    found = f"`{first}`" if first.strip() else "empty"
+    return [_f("error", "no-shebang", f"line 1 is {found}, not `#!` and an interpreter: sbatch refuses the script "
+               "(\"This does not look like a batch script\").", "#!/bin/bash as the very first line.")]
 
 
 def _check_options(s: Script) -> list[Finding]:

@@ -284,6 +284,8 @@ class Script:
     launches: list[Launch] = field(default_factory=list)
     rank_cases: list[int] = field(default_factory=list)
     traps: list[str] = field(default_factory=list)
+    first_line: str = ""
+    """The script's first line as written (sbatch wants `#!` there)."""
 
 
 # torchrun's (and torch.distributed.launch's) options that take no value; every other one takes one
@@ -309,7 +311,7 @@ def _launcher_args(args: list[str]) -> dict[str, str]:
 
 
 def parse(text: str) -> Script:
-    script = Script()
+    script = Script(first_line=text.split("\n", 1)[0])
     _parse_body(text, script, first_line=1, srun=None, header=True)
     return script
 

@@ -355,3 +355,20 @@ def test_sbatch_options_checked_against_sbatchs_own_list(directive: str, message
     else:
         (f,) = found
         assert f.message.startswith(f"line 2: {message}") and f.hint.startswith(hint)
+
+
+def test_script_without_shebang_is_refused_by_sbatch() -> None:
+    (f,) = lint((TORCHRUN / "no_shebang.sbatch").read_text())
+    assert (f.severity, f.code) == ("error", "no-shebang")
+    assert f.message == ("line 1 is `#SBATCH --nodes=2 --ntasks-per-node=1 --...`, not `#!` and an "
+                         "interpreter: sbatch refuses the script (\"This does not look like a batch script\").")
+    assert f.hint == "#!/bin/bash as the very first line."
+
+
+@pytest.mark.parametrize(("text", "flagged"), [
+    ("\n#!/bin/bash\nsrun python t.py\n", "line 1 is empty"), (" #!/bin/bash\nsrun python t.py\n", "line 1 is ` #!"),
+    ("", "line 1 is empty"), ("#!/usr/bin/env python3\nprint(1)\n", None), ("#!/bin/sh\nsrun python t.py\n", None),
+])
+def test_shebang_must_be_the_first_two_bytes(text: str, flagged: str | None) -> None:
+    found = [f.message for f in lint(text) if f.code == "no-shebang"]
+    assert [m.startswith(flagged) for m in found] == ([True] if flagged else [])
