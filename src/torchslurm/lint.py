@@ -220,7 +220,21 @@ def _check_launches(s: Script) -> list[Finding]:
             out.append(_f("error", "nproc-vs-gpus",
                           f"{where}: --nproc-per-node={ln.nproc_per_node} but {gpus} GPU(s) per node are "
                           "allocated.", f"--nproc-per-node={gpus}."))
-        if ln.launcher is None and ln.under_srun and gpus and tasks != gpus:
+        step_tasks = _step_tasks_per_node(ln, nodes)
+        if ln.launcher is None and ln.under_srun and gpus and step_tasks is not None and step_tasks != gpus:
+            given = " ".join(f"--{k}={ln.srun_opts[k]}" for k in ("ntasks", "ntasks-per-node") if k in ln.srun_opts)
+            if step_tasks < gpus:
+                out.append(_f("warning", "srun-tasks-vs-gpus",
+                              f"{where}: srun {given} starts {step_tasks} rank(s) per node, overriding #SBATCH's "
+                              f"{tasks}, and {gpus - step_tasks} of the {gpus} GPU(s) per node stay idle.",
+                              f"srun --ntasks-per-node={gpus} (one rank per GPU), or drop {given} to use the "
+                              "job's layout."))
+            else:
+                out.append(_f("error", "srun-tasks-vs-gpus",
+                              f"{where}: srun {given} starts {step_tasks} rank(s) per node on {gpus} GPU(s) per "
+                              "node: ranks share a GPU, which NCCL refuses (\"Duplicate GPU detected\").",
+                              f"srun --ntasks-per-node={gpus} (one rank per GPU)."))
+        elif ln.launcher is None and ln.under_srun and gpus and step_tasks is None and tasks != gpus:
             out.append(_f("error", "tasks-vs-gpus",
                           f"{where}: srun runs one rank per task: {tasks} task(s) per node but {gpus} GPU(s) "
                           "per node.",
@@ -245,6 +259,14 @@ def _check_launches(s: Script) -> list[Finding]:
 _RDZV_HINT = ("--rdzv-backend=c10d --rdzv-endpoint=\"$head:$port\" --rdzv-id=$SLURM_JOB_ID --nnodes=$SLURM_NNODES, "
               "with head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) and "
               "port=$((10000 + SLURM_JOB_ID * 8 % 22768)) set before srun (or `torchslurm script --launch torchrun`).")
+
+
+def _step_tasks_per_node(ln: Launch, job_nodes: int) -> int | None:
+    """Tasks per node when srun sets its own layout (literal --ntasks-per-node, or --ntasks over the nodes)."""
+    per_node, ntasks = _int(ln.srun_opts.get("ntasks-per-node")), _int(ln.srun_opts.get("ntasks"))
+    if per_node is None and ntasks is not None:
+        per_node = -(-ntasks // _step_nodes(ln, job_nodes))  # srun's block layout fills the first nodes
+    return per_node
 
 
 def _step_nodes(ln: Launch, job_nodes: int) -> int:

@@ -372,3 +372,24 @@ def test_script_without_shebang_is_refused_by_sbatch() -> None:
 def test_shebang_must_be_the_first_two_bytes(text: str, flagged: str | None) -> None:
     found = [f.message for f in lint(text) if f.code == "no-shebang"]
     assert [m.startswith(flagged) for m in found] == ([True] if flagged else [])
+
+
+def test_srun_fewer_tasks_per_node_than_gpus_leaves_gpus_idle() -> None:
+    (f,) = lint((TORCHRUN / "srun_fewer_tasks.sbatch").read_text())
+    assert (f.severity, f.code) == ("warning", "srun-tasks-vs-gpus")
+    assert f.message == ("line 4: srun --ntasks-per-node=1 starts 1 rank(s) per node, overriding #SBATCH's 4, and 3 "
+                         "of the 4 GPU(s) per node stay idle.")
+    assert f.hint == "srun --ntasks-per-node=4 (one rank per GPU), or drop --ntasks-per-node=1 to use the job's layout."
+
+
+@pytest.mark.parametrize(("job", "srun", "found"), [
+    ("--ntasks-per-node=4", "srun -K -n 2", [("warning", "srun-tasks-vs-gpus")]),
+    ("--ntasks-per-node=4", "srun -K --ntasks-per-node=8", [("error", "srun-tasks-vs-gpus")]),
+    ("--ntasks-per-node=1", "srun -K --ntasks-per-node=4", []),  # srun fixes the job's layout
+    ("--ntasks-per-node=1", "srun -K", [("error", "tasks-vs-gpus")]),
+    ("--ntasks-per-node=4", "srun -K --ntasks-per-node=$N", []),  # not literal: lint cannot count
+    ("--ntasks-per-node=4", "srun -K -n 8", []),
+])
+def test_srun_layout_against_the_gpus(job: str, srun: str, found: list[tuple[str, str]]) -> None:
+    text = f"#!/bin/bash\n#SBATCH --nodes=2 {job} --gpus-per-node=4\n{srun} python train.py\n"
+    assert [(f.severity, f.code) for f in lint(text)] == found
