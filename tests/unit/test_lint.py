@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -393,3 +394,15 @@ def test_srun_fewer_tasks_per_node_than_gpus_leaves_gpus_idle() -> None:
 def test_srun_layout_against_the_gpus(job: str, srun: str, found: list[tuple[str, str]]) -> None:
     text = f"#!/bin/bash\n#SBATCH --nodes=2 {job} --gpus-per-node=4\n{srun} python train.py\n"
     assert [(f.severity, f.code) for f in lint(text)] == found
+
+
+def test_cli_reads_the_script_from_stdin_for_a_dash(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("#!/bin/bash\n#SBATCH -N 1\nsrun python t.py\n")  # ./- is the file named -
+    stdin = io.TextIOWrapper(io.BytesIO((TORCHRUN / "no_rendezvous.sbatch").read_bytes()))
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert main(["lint", "-", "./-"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("<stdin>: error: [torchrun-no-rendezvous] line 4: torchrun --nnodes=2 without")
+    assert out[-1] == "-: ok"

@@ -21,16 +21,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Reads #SBATCH directives and srun/torchrun/python lines; reports ntasks/GPU/nproc "
         "mismatches, hard-coded MASTER_ADDR/PORT, per-rank NIC case blocks, unreachable signals and more. "
         "Exit status 1 when an error is found, 2 when a script cannot be read.")
-    parser.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT")
+    parser.add_argument("scripts", nargs="+", type=_script_arg, metavar="SCRIPT",
+                        help="sbatch script(s); - reads the script from standard input (./- is a file named -)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     parser.set_defaults(handler=handle)
 
 
-def read_script(path: Path) -> str:
-    """The text of `path`, or a ConfigError saying why lint cannot read it as an sbatch script."""
+def _script_arg(arg: str) -> Path | None:
+    """`-` is standard input (None); checked on the word itself, since Path("./-") == Path("-")."""
+    return None if arg == "-" else Path(arg)
+
+
+def read_script(path: Path | None) -> str:
+    """The text of `path` (None: standard input), or a ConfigError saying why lint cannot read it as an sbatch
+    script."""
     shown = _shown(path)
     try:
-        data = path.read_bytes()
+        data = sys.stdin.buffer.read() if path is None else path.read_bytes()
     except OSError as exc:
         hint = {errno.EISDIR: f"pass the script files in it, e.g. torchslurm lint {shown}/*.sbatch",
                 errno.EACCES: f"check its permissions: ls -l {shown}"}.get(
@@ -44,9 +51,9 @@ def read_script(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _shown(path: Path) -> str:
+def _shown(path: Path | None) -> str:
     """`path` printable on any terminal (an undecodable file name keeps its bytes as \\x escapes)."""
-    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+    return "<stdin>" if path is None else os.fsencode(path).decode("utf-8", errors="backslashreplace")
 
 
 def handle(args: argparse.Namespace) -> int:
