@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -56,7 +57,7 @@ class TrainConfig:
     keep_last: int = 2
     """Complete checkpoints kept; older ones are deleted (at least 1)."""
     resume: str = "auto"
-    """auto (newest complete checkpoint in run_dir, if any) | never | a step-N directory."""
+    """auto (newest complete checkpoint in run_dir, if any) | never | a checkpoint folder (a step-N directory)."""
     log_every: int = 50
     """Optimizer steps between progress lines and metrics.jsonl step records (0: off)."""
 
@@ -168,6 +169,70 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
         raise ConfigError(f"{name}={value!r} in {source}: expected {wanted}. "
                           f"HINT: e.g. {name}={example}.")
     return {"int": int, "float": float, "bool": bool, "str": str, "Path": Path}[base](value)
+
+
+# checkpoint.STATE_FILE and checkpoint.MARKER, spelled here because checkpoint imports torch.
+_CHECKPOINT_FILES = ("state.pt", "COMPLETE")
+
+
+def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> None:
+    """What the ranks would trip over only after their start-up, checked before any rank starts:
+    the paths (an effect, so not in `__post_init__`) and amp=fp16 without a GPU. `cuda_devices`:
+    the GPUs the ranks will see. Raises one ConfigError naming every problem."""
+    ConfigError.raise_any([
+        device_problem(cfg, "cuda" if cuda_devices else "cpu"),
+        _resume_problem(cfg.resume, cfg.run_dir),
+        _run_dir_problem(cfg.run_dir),
+        _data_dir_problem(example),
+    ])
+
+
+def device_problem(cfg: TrainConfig, device_type: str) -> str | None:
+    """amp=fp16 needs CUDA (its GradScaler); None when the setting fits the device."""
+    if cfg.amp != "fp16" or device_type == "cuda":
+        return None
+    return (f"amp=fp16 needs CUDA, but the ranks would run on {device_type} (no GPU visible here). "
+            "HINT: use amp=bf16 on CPU, or amp=off; or run it on a GPU node.")
+
+
+def _resume_problem(resume: str, run_dir: Path) -> str | None:
+    if resume in ("auto", "never"):
+        return None
+    path = Path(resume)
+    folder = path.parent if path.name == _CHECKPOINT_FILES[0] else path
+    hint = (f"HINT: resume=auto continues from the newest checkpoint in run_dir (resume=never starts afresh), "
+            f"or name one: resume={run_dir / 'checkpoints' / 'step-000000100'}.")
+    if not folder.is_dir():
+        seen = "is a file, not a folder" if folder.exists() else "no such folder"
+        return (f"resume={resume!r}: {seen}; expected auto, never or a checkpoint folder (a step-N directory "
+                f"written by torchslurm). {hint}")
+    missing = [name for name in _CHECKPOINT_FILES if not (folder / name).is_file()]
+    if missing:
+        return (f"resume={resume!r}: {folder} has no {' or '.join(missing)}, so it is not a complete torchslurm "
+                f"checkpoint; expected auto, never or a step-N directory. {hint}")
+    return None
+
+
+def _run_dir_problem(run_dir: Path) -> str | None:
+    """run_dir must be (or become) a writable directory: its nearest existing part must be a directory."""
+    existing = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("."))
+    hint = "HINT: point run_dir at a directory (it is created if missing), e.g. run_dir=runs/demo."
+    if not existing.is_dir():
+        what = "is an existing file" if existing == run_dir else f"is inside {existing}, which is a file"
+        return f"run_dir={run_dir} {what}; expected a directory for checkpoints/ and metrics.jsonl. {hint}"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == run_dir else f"cannot be created: {existing} is not writable"
+        return (f"run_dir={run_dir} {what}; checkpoints/ and metrics.jsonl are written there. HINT: choose a "
+                "directory you can write to, e.g. run_dir=$HOME/runs/demo.")
+    return None
+
+
+def _data_dir_problem(example: ExampleConfig) -> str | None:
+    if example.dataset not in ("mnist", "imagefolder") or example.data_dir is None or example.data_dir.is_dir():
+        return None
+    seen = "is not a directory" if example.data_dir.exists() else "does not exist"
+    return (f"data_dir={example.data_dir} {seen}; dataset={example.dataset} reads its files from a directory "
+            f"every rank can read. HINT: set data_dir=/path/to/{example.dataset}.")
 
 
 def read_file(path: Path) -> dict[str, Any]:

@@ -115,3 +115,84 @@ def test_script_arguments_still_pass_through(cli: Run) -> None:
     code, out, _ = cli("run", "--dry-run", "ok.py", "--nproc", "5", "x")
     assert code == 0 and out.splitlines()[1].endswith(" ok.py --nproc 5 x")
 
+
+
+# ---- finding 3: `torchslurm train` settings the ranks would trip over after their start-up ---------
+
+RESUME_HINT = ("HINT: resume=auto continues from the newest checkpoint in run_dir (resume=never starts afresh), "
+               "or name one: resume=runs/demo/checkpoints/step-000000100.")
+
+
+@pytest.mark.parametrize("resume, seen", [
+    ("bogus", "no such folder; expected auto, never or a checkpoint folder (a step-N directory written by "
+              "torchslurm)."),
+    ("/nonexist", "no such folder; expected auto, never or a checkpoint folder"),
+    ("ok.py", "is a file, not a folder; expected auto, never or a checkpoint folder"),
+    ("adir", "adir has no state.pt or COMPLETE, so it is not a complete torchslurm checkpoint; expected auto, "
+             "never or a step-N directory."),
+])
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_resume_must_be_auto_never_or_a_checkpoint_folder(cli: Run, resume: str, seen: str,
+                                                           dry_run: list[str]) -> None:
+    code, out, err = cli("train", *dry_run, f"resume={resume}")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: resume={resume!r}: {seen}") and err.endswith(RESUME_HINT + "\n"), err
+
+
+def test_resume_takes_a_complete_checkpoint_folder_or_its_state_file(cli: Run, tmp_path: Path) -> None:
+    step = tmp_path / "ck" / "step-000000007"
+    step.mkdir(parents=True)
+    (step / "state.pt").write_bytes(b"")
+    (step / "COMPLETE").write_text("{}")
+    assert cli("train", "--dry-run", f"resume={step}")[0] == 0
+    assert cli("train", "--dry-run", f"resume={step / 'state.pt'}")[0] == 0
+    assert cli("train", "--dry-run", "resume=never")[0] == 0
+
+
+def test_checkpoint_file_names_match_the_checkpoint_module() -> None:
+    from torchslurm import checkpoint, config
+
+    assert config._CHECKPOINT_FILES == (checkpoint.STATE_FILE, checkpoint.MARKER)
+
+
+def test_fp16_without_a_gpu_is_refused_before_the_ranks_start(cli: Run) -> None:
+    code, out, err = cli("train", "--dry-run", "amp=fp16")
+    assert (code, out) == (2, "")
+    assert err == ("error: amp=fp16 needs CUDA, but the ranks would run on cpu (no GPU visible here). "
+                   "HINT: use amp=bf16 on CPU, or amp=off; or run it on a GPU node.\n")
+
+
+def test_fp16_with_a_gpu_passes(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchslurm.cli import run
+
+    monkeypatch.setattr(run, "_cuda_device_count", lambda: 2)
+    code, out, _ = cli("train", "--dry-run", "amp=fp16")
+    assert code == 0 and "2 local rank(s) (one per visible GPU)" in out
+
+
+def test_mnist_data_dir_must_exist(cli: Run) -> None:
+    code, out, err = cli("train", "dataset=mnist", "data_dir=/nonexist")
+    assert (code, out) == (2, "")
+    assert err == ("error: data_dir=/nonexist does not exist; dataset=mnist reads its files from a directory every "
+                   "rank can read. HINT: set data_dir=/path/to/mnist.\n")
+
+
+@pytest.mark.parametrize("run_dir, what", [("ok.py", "is an existing file"),
+                                           ("ok.py/sub", "is inside ok.py, which is a file")])
+def test_run_dir_must_not_be_a_file(cli: Run, run_dir: str, what: str) -> None:
+    code, out, err = cli("train", f"run_dir={run_dir}")
+    assert (code, out) == (2, "")
+    assert err == (f"error: run_dir={run_dir} {what}; expected a directory for checkpoints/ and metrics.jsonl. "
+                   "HINT: point run_dir at a directory (it is created if missing), e.g. run_dir=runs/demo.\n")
+
+
+def test_every_path_problem_is_named_at_once(cli: Run) -> None:
+    code, _, err = cli("train", "--dry-run", "amp=fp16", "resume=adir", "run_dir=ok.py", "dataset=imagefolder",
+                       "data_dir=ok.py")
+    assert code == 2 and err.startswith("error: 4 invalid settings:\n"), err
+    assert "data_dir=ok.py is not a directory; dataset=imagefolder reads" in err
+
+
+def test_train_defaults_pass_the_preflight(cli: Run) -> None:
+    code, out, _ = cli("train", "--dry-run", "run_dir=new/deeper", "dataset=mnist", "data_dir=adir")
+    assert code == 0 and "run_dir=new/deeper" in out

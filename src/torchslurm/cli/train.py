@@ -42,10 +42,12 @@ def handle(args: argparse.Namespace) -> int:
     from torchslurm.cli.run import _cuda_device_count
 
     example, cfg = config.from_arguments(args, DEFAULTS)  # fail here, not in N ranks
+    cuda_devices = _cuda_device_count()
+    config.preflight(example, cfg, cuda_devices)  # paths and amp=fp16 too, before the ranks' start-up
     flags = [f"{k}={getattr(args, k)}" for k in ("epochs", "batch_size", "lr", "data_dir", "run_dir")
              if getattr(args, k) is not None]
     rank_args = [*(["--config", str(args.config)] if args.config else []), *flags, *args.overrides]
-    plan = launch.plan(os.environ, __file__, rank_args, args.nproc, sys.executable, _cuda_device_count())
+    plan = launch.plan(os.environ, __file__, rank_args, args.nproc, sys.executable, cuda_devices)
     if args.dry_run:
         print(f"dataset={example.dataset} model={example.resolved_model} epochs={cfg.epochs} "
               f"batch_size={cfg.batch_size} lr={cfg.lr} run_dir={cfg.run_dir} resume={cfg.resume}")
@@ -83,7 +85,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
 
     import torchslurm
     from torchslurm import config, data, models
-    from torchslurm.errors import TorchSlurmError
+    from torchslurm.errors import ConfigError, TorchSlurmError
     from torchslurm.trainer import Trainer, seed_everything
 
     parser = argparse.ArgumentParser(prog="torchslurm train (rank)")
@@ -93,6 +95,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
         example, cfg = config.from_arguments(args, DEFAULTS)
         with torchslurm.init() as ctx:
             _setup_rank_logging(ctx.rank)
+            ConfigError.raise_any([config.device_problem(cfg, ctx.device.type)])  # before loading the data
             train, val = data.load(example.dataset, example.data_dir, example.val_fraction, seed=0)
             seed_everything(cfg.seed)  # identical initial weights on every rank and every run
             model = models.build(example.resolved_model, *data.describe(train))
