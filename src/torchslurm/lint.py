@@ -1,8 +1,9 @@
 """lint(text) -> findings for a hand-written sbatch script: the pitfalls of the seeds' scripts.
 
 Pure: lint_parse.parse() reads the script (its `#SBATCH` directives and its srun / torchrun /
-python lines); the checks here return `Finding`s: `#SBATCH` values sbatch refuses, then the
-multi-node mistakes. Nothing is executed.
+python lines); the checks here return `Finding`s: what makes sbatch refuse the script (no `#!`, an
+option it does not know, a value it refuses), then the multi-node mistakes, among them launchers
+that do not rendezvous across the step's nodes (torch/distributed/run.py's rules). Nothing is executed.
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ def _check_shebang(s: Script) -> list[Finding]:
                "(\"This does not look like a batch script\").", "#!/bin/bash as the very first line.")]
 
 
+# options that SPANK plugins add to sbatch on GPU clusters (pyxis: --container-image, --container-mounts, ...)
+_PLUGIN_PREFIXES = ("container-", "no-container-")
+
+
 def _check_options(s: Script) -> list[Finding]:
     """`#SBATCH` options sbatch does not know: it refuses the whole script (`unrecognized option`)."""
     out = []
@@ -135,12 +140,17 @@ def _check_options(s: Script) -> list[Finding]:
             out.append(_f("error", "unknown-option", f"{shown}: --{key} is ambiguous, the start of "
                           f"{', '.join('--' + m for m in matches)}; sbatch refuses the script.",
                           f"spell the option out, e.g. #SBATCH --{matches[0]}{'=' + value if value else ''}."))
-        elif not matches:
+        elif not matches and not key.startswith(_PLUGIN_PREFIXES):
             close = difflib.get_close_matches(key.replace("_", "-"), sorted(SBATCH.long_names), n=1, cutoff=0.6)
-            fix = (f"did you mean --{close[0]}? #SBATCH --{close[0]}{'=' + value if value else ''}" if close else
-                   "check the spelling in `sbatch --help` (or `man sbatch`)")
-            out.append(_f("error", "unknown-option", f"{shown}: sbatch has no option --{key} and refuses the script "
-                          "(`sbatch: unrecognized option`; checked against sbatch 22.05's options).", fix + "."))
+            if close:
+                out.append(_f("error", "unknown-option", f"{shown}: sbatch has no option --{key} and refuses the "
+                              "script (`sbatch: unrecognized option`; checked against sbatch 22.05's options).",
+                              f"did you mean --{close[0]}? #SBATCH --{close[0]}{'=' + value if value else ''}."))
+            else:  # nothing like it: perhaps a SPANK plugin's option, which lint cannot know
+                out.append(_f("warning", "unknown-option", f"{shown}: sbatch 22.05 has no option --{key}; "
+                              "unless a SPANK plugin of this cluster adds it, sbatch refuses the script "
+                              "(`sbatch: unrecognized option`).",
+                              "check the spelling in `sbatch --help` (or `man sbatch`) on the login node."))
     return out
 
 

@@ -6,7 +6,8 @@ continuations), so a `;`, `&&` or continuation inside `srun bash -c "..."` stays
 quoted string, and the commands inside it run under that srun, with its options; heredoc bodies
 are data, and `$'...'` is a quote with backslash escapes. Options follow
 GNU getopt as sbatch and srun use it: an option that takes a value takes the next word whatever it
-looks like (`--nodes -1`), one that takes none never does.
+looks like (`--nodes -1`), one that takes none never does, and a long option may be shortened to
+any unambiguous prefix (`--requeu`). torchrun's options end at the training script.
 """
 
 from __future__ import annotations

@@ -340,8 +340,9 @@ def test_misspelled_sbatch_option_is_refused_with_a_suggestion() -> None:
     ("--requeu", "#SBATCH --requeue", None),
     ("--no=1", "#SBATCH --no=1: --no is ambiguous, the start of --no-kill, --no-requeue, --nodefile, --nodelist, "
      "--nodes; sbatch refuses the script.", "spell the option out, e.g. #SBATCH --no-kill=1."),
-    ("--frobnicate", "#SBATCH --frobnicate: sbatch has no option --frobnicate",
-     "check the spelling in `sbatch --help` (or `man sbatch`)."),
+    ("--frobnicate", "#SBATCH --frobnicate: sbatch 22.05 has no option --frobnicate; unless a SPANK plugin",
+     "check the spelling in `sbatch --help` (or `man sbatch`) on the login node."),
+    ("--container-image=nvcr.io/nvidia/pytorch:24.01-py3", None, None),  # pyxis, a SPANK plugin
     ("-X 1", "#SBATCH -X 1: sbatch has no option -X", "check the letter in `sbatch --help`"),
     ("-N 2 -W", None, None), ("--open-mode=append --kill-on-invalid-dep=yes --hint=nomultithread", None, None),
 ])
@@ -356,6 +357,7 @@ def test_sbatch_options_checked_against_sbatchs_own_list(directive: str, message
     else:
         (f,) = found
         assert f.message.startswith(f"line 2: {message}") and f.hint.startswith(hint)
+        assert f.severity == ("warning" if "SPANK" in f.message else "error")
 
 
 def test_script_without_shebang_is_refused_by_sbatch() -> None:
