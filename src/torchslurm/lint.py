@@ -329,9 +329,11 @@ def _check_rendezvous(s: Script) -> list[Finding]:
     return out
 
 
-_NODE_RANK_HINT = ("--node-rank=$SLURM_NODEID, expanded by each task: srun bash -c 'exec torchrun "
-                   "--node-rank=$SLURM_NODEID ...' (single quotes: in `srun torchrun ...` the batch shell expands it, "
-                   "to 0, for every node); or drop --master-addr and --node-rank for the c10d rendezvous: ")
+_NODE_RANK_HINT = ("--node-rank=$SLURM_NODEID, expanded by each task: export MASTER_ADDR=$(scontrol show hostnames "
+                   "\"$SLURM_JOB_NODELIST\" | head -n1), then srun bash -c 'exec torchrun --node-rank=$SLURM_NODEID "
+                   "--master-addr=$MASTER_ADDR ...' (single quotes: each task expands them; in `srun torchrun ...` "
+                   "the batch shell expands $SLURM_NODEID once, to 0); or drop --master-addr and --node-rank for "
+                   "the c10d rendezvous: ")
 
 
 def _check_static_rendezvous(ln: Launch, multi: bool) -> list[Finding]:
@@ -353,6 +355,13 @@ def _check_static_rendezvous(ln: Launch, multi: bool) -> list[Finding]:
         out.append(_f("error", "torchrun-node-rank",
                       f"{where}: {ln.launcher} --node-rank={rank} {why}: all nodes claim the same ranks and "
                       "the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
+    addr = opts.get("master-addr", "")
+    if multi and ln.per_task and re.search(r"\$\(\s*hostname|`\s*hostname", addr):
+        out.append(_f("error", "torchrun-master-addr",
+                      f"{where}: {ln.launcher} --master-addr={addr} is expanded by each task, so every node names "
+                      "itself as the master and no node finds the others.",
+                      "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) before "
+                      "srun, and --master-addr=$MASTER_ADDR inside the quotes."))
     port = opts.get("master-port", "")
     if port.isdigit():
         out.append(_fixed_master_port(f"{where}: {ln.launcher} --master-port={port}",

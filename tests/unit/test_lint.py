@@ -287,8 +287,10 @@ def test_torchrun_master_addr_without_node_rank_on_two_nodes() -> None:
     assert rank.message == ("line 4: torchrun with the static rendezvous (--master-addr) on several nodes and no "
                             "--node-rank: every node takes node rank 0 (the default), so all claim the same ranks "
                             "and the job hangs or builds the wrong world.")
-    assert rank.hint.startswith("--node-rank=$SLURM_NODEID, expanded by each task: srun bash -c 'exec torchrun "
-                                "--node-rank=$SLURM_NODEID ...'") and "--rdzv-backend=c10d" in rank.hint
+    assert rank.hint.startswith("--node-rank=$SLURM_NODEID, expanded by each task: export MASTER_ADDR=$(scontrol "
+                                "show hostnames \"$SLURM_JOB_NODELIST\" | head -n1), then srun bash -c 'exec "
+                                "torchrun --node-rank=$SLURM_NODEID --master-addr=$MASTER_ADDR ...'")
+    assert "--rdzv-backend=c10d" in rank.hint
     assert port.message == ("line 4: torchrun --master-port=29500 is fixed; a second job on the same node gets "
                             "EADDRINUSE or joins this job's store.")
     assert port.hint.startswith("--master-port=$((10000 + SLURM_JOB_ID * 8 % 22768)) (a port per job)")
@@ -408,3 +410,16 @@ def test_cli_reads_the_script_from_stdin_for_a_dash(tmp_path: Path, capsys: pyte
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("<stdin>: error: [torchrun-no-rendezvous] line 4: torchrun --nnodes=2 without")
     assert out[-1] == "-: ok"
+
+
+@pytest.mark.parametrize(("addr", "flagged"), [("$(hostname)", True), ("`hostname`", True), ("$MASTER_ADDR", False)])
+def test_master_addr_from_hostname_inside_each_task_names_every_node_master(addr: str, flagged: bool) -> None:
+    launch = f"srun -K bash -c 'exec {STATIC.replace('$head', addr)} --node-rank=$SLURM_NODEID t.py'\n"
+    found = [f for f in lint(TORCHRUN_JOB + launch) if f.code == "torchrun-master-addr"]
+    assert bool(found) is flagged
+    if found:
+        assert found[0].message == (f"line 3: torchrun --master-addr={addr} is expanded by each task, so every node "
+                                    "names itself as the master and no node finds the others.")
+    # in the batch shell $(hostname) is the first node's name, once: right
+    assert not _only(TORCHRUN_JOB + f"srun -K {STATIC.replace('$head', addr)} --node-rank=1 t.py\n",
+                     "torchrun-master-addr")
