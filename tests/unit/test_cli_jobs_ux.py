@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,72 @@ def test_slurms_own_flag_names_say_which_torchslurm_flag_to_use(argv: list[str],
 def test_slurm_advice_only_where_the_subcommand_has_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     err = _error(["logs", "1", "-o", "x"], capsys)
     assert err.startswith("error: torchslurm logs: unrecognized arguments: -o x. HINT: `torchslurm logs --help`"), err
+
+
+@pytest.fixture
+def no_sbatch(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """SlurmClient.submit records the script instead of running sbatch; job id 42."""
+    submitted: list[Path] = []
+
+    def submit(self: object, script: Path, cwd: Path | None = None) -> str:
+        submitted.append(script)
+        return "42"
+
+    monkeypatch.setattr("torchslurm.slurm.SlurmClient.submit", submit)
+    return submitted
+
+
+def test_submit_refuses_a_missing_training_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  no_sbatch: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["submit", "nothere.py"]) == 2
+    err = capsys.readouterr().err
+    assert (f"error: [script-missing] script 'nothere.py' does not exist: checked {tmp_path}/nothere.py; the job "
+            f"would wait in the queue and then fail. HINT: give the training script's path (relative paths are "
+            f"taken from {tmp_path}, where the job runs); if it exists only on the compute nodes, pass --force"
+            ) in err
+    assert no_sbatch == []
+    assert main(["submit", "--force", "nothere.py"]) == 0 and len(no_sbatch) == 1  # only on the nodes: forced
+
+
+def test_script_warns_about_a_missing_training_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["script", "nothere.py"]) == 0
+    out, err = capsys.readouterr()
+    assert "python nothere.py" in out
+    assert (f"warning: [script-missing] script 'nothere.py' does not exist: checked {tmp_path}/nothere.py. HINT: "
+            "give the training script's path; relative paths are taken from the directory you run sbatch in") in err
+    (tmp_path / "train.py").write_text("")
+    assert main(["script", "train.py"]) == 0 and "script-missing" not in capsys.readouterr().err
+
+
+def test_script_warns_about_a_missing_log_directory_like_lint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert main(["script", "--output", f"{tmp_path}/none/dir/%j.out", "--error", "logs/%x/%j.err", "t.py"]) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: [log-dir] --output={tmp_path}/none/dir/%j.out: Slurm does not create {tmp_path}/none/dir/; "
+            f"if it is missing the job fails before printing anything. HINT: mkdir -p {tmp_path}/none/dir before "
+            "sbatch") in err
+    assert "--error" not in err  # %x: Slurm fills it in; lint does not judge it either
+    (tmp_path / "none" / "dir").mkdir(parents=True)
+    assert main(["script", "--output", f"{tmp_path}/none/dir/%j.out", "t.py"]) == 0
+    assert "log-dir" not in capsys.readouterr().err
+
+
+def test_submit_creates_the_log_directory_or_says_why_it_cannot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                no_sbatch: list[Path],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    (tmp_path / "a-file").write_text("")
+    assert main(["submit", "--output", f"{tmp_path}/a-file/logs/%j.out", "t.py"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --output={tmp_path}/a-file/logs/%j.out: cannot create {tmp_path}/a-file/logs/ (Not a directory); "
+        "Slurm does not create it and the job would fail before printing anything. HINT: give a directory you can "
+        "write, e.g. --output logs/%x-%j.out (placed in the run directory).\n")
+    assert no_sbatch == []
+    assert main(["submit", "--output", f"{tmp_path}/new/logs/%j.out", "t.py"]) == 0
+    assert (tmp_path / "new" / "logs").is_dir() and len(no_sbatch) == 1

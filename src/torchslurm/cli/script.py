@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -94,13 +95,62 @@ def _key_value(item: str) -> tuple[str, str]:
     return key, value
 
 
-def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | None) -> list[Finding]:
-    """validate()'s findings, an error for each Slurm flag given after the script, and bash's
-    verdict on the rendered script (a --setup line with an unbalanced quote)."""
+def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | None,
+                submitting: bool = False) -> list[Finding]:
+    """validate()'s findings, an error for each Slurm flag given after the script, bash's verdict
+    on the rendered script (a --setup line with an unbalanced quote), and the files the job needs."""
     from torchslurm.sbatch import render
 
     misplaced = misplaced_flags(args.script, args.args) if args.script else []
-    return [*misplaced, *bash_syntax(render(spec)), *validate(spec, slurm_version)]
+    local = script_missing(spec, Path.cwd(), submitting)
+    if not submitting:  # submit creates the log directories instead (submit.make_log_dirs)
+        local += missing_log_dirs(spec, Path.cwd())
+    findings = [*misplaced, *local, *bash_syntax(render(spec)), *validate(spec, slurm_version)]
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: order[f.severity])
+
+
+def script_missing(spec: JobSpec, cwd: Path, submitting: bool) -> list[Finding]:
+    """The training script, looked up where the job will run it: sbatch starts the job in the
+    directory it was called from (the spec has no working directory of its own).
+
+    An error for `submit` (the job would wait in the queue, then fail at once); a warning for
+    `script`, which only prints, maybe for another machine. A file that exists only on the compute
+    nodes is still possible: --force submits anyway.
+    """
+    path = cwd / spec.script
+    if path.is_file():
+        return []
+    what = "is a directory" if path.is_dir() else "does not exist"
+    if submitting:
+        return [Finding("error", "script-missing",
+                        f"script {spec.script!r} {what}: checked {path}; the job would wait in the queue and "
+                        "then fail.",
+                        f"give the training script's path (relative paths are taken from {cwd}, where the job "
+                        "runs); if it exists only on the compute nodes, pass --force")]
+    return [Finding("warning", "script-missing", f"script {spec.script!r} {what}: checked {path}.",
+                    "give the training script's path; relative paths are taken from the directory you run "
+                    "sbatch in")]
+
+
+def log_dirs(spec: JobSpec, base: Path) -> dict[str, Path]:
+    """The directories of the output/error patterns (relative to `base`); those with a `%` in
+    them are left out: Slurm fills those in per job."""
+    out: dict[str, Path] = {}
+    for key in ("output", "error"):
+        value = getattr(spec, key)
+        parent = None if value is None else Path(value).parent
+        if parent is not None and parent != Path(".") and "%" not in str(parent):
+            out[key] = base / parent
+    return out
+
+
+def missing_log_dirs(spec: JobSpec, cwd: Path) -> list[Finding]:
+    """What `torchslurm lint` says about the printed script, said now: [log-dir]."""
+    return [Finding("warning", "log-dir",
+                    f"--{key}={getattr(spec, key)}: Slurm does not create {path}/; if it is missing the job "
+                    "fails before printing anything.", f"mkdir -p {shlex.quote(str(path))} before sbatch")
+            for key, path in log_dirs(spec, cwd).items() if not path.is_dir()]
 
 
 def bash_syntax(script_text: str) -> list[Finding]:
