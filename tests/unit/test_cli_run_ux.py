@@ -196,3 +196,42 @@ def test_every_path_problem_is_named_at_once(cli: Run) -> None:
 def test_train_defaults_pass_the_preflight(cli: Run) -> None:
     code, out, _ = cli("train", "--dry-run", "run_dir=new/deeper", "dataset=mnist", "data_dir=adir")
     assert code == 0 and "run_dir=new/deeper" in out
+
+
+# ---- finding 4: doctor's --timeout and --nproc ----------------------------------------------------
+
+@pytest.fixture
+def doctor_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Which way `doctor` went: 'here' (this process) or 'ranks'; neither really runs."""
+    from torchslurm.cli import doctor
+
+    calls: list[str] = []
+    monkeypatch.setattr(doctor, "check_here", lambda args: calls.append("here") or 0)
+    monkeypatch.setattr(doctor, "check_ranks", lambda args: calls.append("ranks") or 0)
+    return calls
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_doctor_timeout_must_be_positive(cli: Run, doctor_calls: list[str], value: str) -> None:
+    code, out, err = cli("doctor", "--connect", "--timeout", value)
+    assert (code, out, doctor_calls) == (2, "", [])
+    assert err == (f"error: --timeout={value} must be a positive number of seconds. HINT: --timeout 30 (the "
+                   "default) waits up to 30 s for the other ranks.\n")
+
+
+def test_doctor_nproc_zero_is_one_error(cli: Run, doctor_calls: list[str]) -> None:
+    code, out, err = cli("doctor", "--ranks", "--nproc", "0")
+    assert (code, out, doctor_calls) == (2, "", [])
+    assert err == "error: --nproc=0 must be at least 1. HINT: --nproc 2 runs the checks in two local ranks.\n"
+
+
+def test_doctor_nproc_implies_ranks(cli: Run, doctor_calls: list[str]) -> None:
+    assert cli("doctor", "--nproc", "2")[0] == 0
+    assert cli("doctor", "--ranks")[0] == 0
+    assert cli("doctor", "--connect", "--timeout", "0.5")[0] == 0
+    assert doctor_calls == ["ranks", "ranks", "here"]
+
+
+def test_doctor_help_says_nproc_implies_ranks(cli: Run) -> None:
+    code, out, _ = cli("doctor", "--help")
+    assert code == 0 and "implies --ranks" in " ".join(out.split())

@@ -1,7 +1,7 @@
 """`torchslurm doctor [--json] [--connect] [--ranks | --nproc N]`: find the fault before a job hangs.
 
 Plain `torchslurm doctor` checks this process: on a login node, in a batch shell, or as every
-task with `srun torchslurm doctor`. `--ranks` starts the checks in every rank the way
+task with `srun torchslurm doctor`. `--ranks` (implied by `--nproc N`) starts the checks in every rank the way
 `torchslurm run` would (N local ranks here, srun across all nodes in a batch shell), and with
 `--connect` the ranks really form a process group. Exit code 1 when a check fails.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import socket
 import subprocess
@@ -49,17 +50,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="run the checks in every rank, started like `torchslurm run` does "
                         "(local ranks here; srun across all nodes in a batch shell)")
     parser.add_argument("--nproc", type=int, default=None, metavar="N",
-                        help="with --ranks: ranks on this machine (per node in an allocation)")
+                        help="ranks on this machine (per node in an allocation); implies --ranks")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from torchslurm import distenv
 
-    launcher = distenv.detect(os.environ, free_port=lambda: 0).launcher if args.ranks or args.nproc else None
+    check_options(args)  # one error per mistake, before any rank starts
+    # --nproc implies --ranks: asking for N ranks means wanting the checks in N ranks (as `run --nproc` does).
+    wants_ranks = args.ranks or args.nproc is not None
+    launcher = distenv.detect(os.environ, free_port=lambda: 0).launcher if wants_ranks else None
     if launcher not in ("local", "batch"):  # already a rank (or --ranks not asked for): check here
         return check_here(args)
     return check_ranks(args)
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """--timeout and --nproc, checked here: a rank would get them wrong only after its start-up."""
+    from torchslurm.errors import ConfigError
+
+    ConfigError.raise_any([
+        None if math.isfinite(args.timeout) and args.timeout > 0 else
+        f"--timeout={args.timeout:g} must be a positive number of seconds. HINT: --timeout 30 (the default) "
+        "waits up to 30 s for the other ranks.",
+        None if args.nproc is None or args.nproc >= 1 else
+        f"--nproc={args.nproc} must be at least 1. HINT: --nproc 2 runs the checks in two local ranks.",
+    ])
 
 
 def check_ranks(args: argparse.Namespace) -> int:
