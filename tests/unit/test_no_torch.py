@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +32,8 @@ def test_module_imports_without_torch(module: str, without_torch: WithoutTorch) 
 
 
 @pytest.mark.parametrize("argv", TORCH_FREE_COMMANDS, ids=" ".join)
-def test_command_works_without_torch(argv: list[str], without_torch: WithoutTorch) -> None:
-    result = without_torch(*argv)
+def test_command_works_without_torch(argv: list[str], without_torch: WithoutTorch, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('training')\n")  # run checks that the script is there
+    result = without_torch(*argv, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "usage:" in result.stdout or "local" in result.stdout
