@@ -235,3 +235,38 @@ def test_doctor_nproc_implies_ranks(cli: Run, doctor_calls: list[str]) -> None:
 def test_doctor_help_says_nproc_implies_ranks(cli: Run) -> None:
     code, out, _ = cli("doctor", "--help")
     assert code == 0 and "implies --ranks" in " ".join(out.split())
+
+
+# ---- finding 5: bench --json is checked first, and results are never lost -------------------------
+
+BENCH_HINT = "HINT: give a file in an existing folder you can write to, e.g. --json bench.json.\n"
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_bench_json_in_a_missing_folder_is_refused_before_the_benchmark(cli: Run, dry_run: list[str]) -> None:
+    code, out, err = cli("bench", *dry_run, "--json", "/nonexistent/x.json", "--nproc", "1")
+    assert (code, out) == (2, "")
+    assert err == ("error: --json /nonexistent/x.json: the folder /nonexistent does not exist; expected a file in "
+                   "an existing folder. " + BENCH_HINT)
+
+
+def test_bench_json_that_is_a_folder_is_refused(cli: Run) -> None:
+    code, out, err = cli("bench", "--json", "adir", "--nproc", "1")
+    assert (code, out) == (2, "")
+    assert err == "error: --json adir is a directory; expected a file to write the results to. " + BENCH_HINT
+
+
+def test_bench_json_in_an_existing_folder_is_accepted(cli: Run) -> None:
+    assert cli("bench", "--dry-run", "--json", "adir/out.json", "--nproc", "1")[0] == 0
+
+
+def test_bench_results_are_printed_when_writing_them_fails(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from torchslurm.cli import bench
+
+    target = tmp_path / "gone" / "x.json"  # its folder vanished after the check
+    assert bench._write_json(target, '{"results": []}\n') == 1
+    out, err = capsys.readouterr()
+    assert out == '{"results": []}\n'
+    assert err == (f"error: --json {target}: cannot write the results (No such file or directory); they are "
+                   "printed above as JSON instead. " + BENCH_HINT)

@@ -56,6 +56,10 @@ def handle(args: argparse.Namespace) -> int:
     from torchslurm.cli.run import _cuda_device_count
 
     config_from(args)  # fail here, not in N ranks
+    if args.json is not None:
+        from torchslurm.errors import ConfigError
+
+        ConfigError.raise_any([json_path_problem(args.json)])  # not after the whole benchmark ran
     rank_args = ["--sizes", args.sizes, "--ops", args.ops, "--iters", str(args.iters), "--warmup", str(args.warmup),
                  *(["--backend", args.backend] if args.backend else []),
                  *(["--json", str(args.json.resolve())] if args.json else [])]
@@ -66,6 +70,33 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     logger.info("%s", plan.reason)
     return launch.execute(plan, os.environ)
+
+
+def json_path_problem(path: Path) -> str | None:
+    """Why rank 0 could not write --json `path` (its folder missing or read-only, or a folder itself), or None."""
+    folder = path.resolve().parent
+    hint = "HINT: give a file in an existing folder you can write to, e.g. --json bench.json."
+    if path.is_dir():
+        return f"--json {path} is a directory; expected a file to write the results to. {hint}"
+    if not folder.is_dir():
+        return f"--json {path}: the folder {folder} does not exist; expected a file in an existing folder. {hint}"
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"--json {path}: {path if path.exists() else folder} is not writable. {hint}"
+    return None
+
+
+def _write_json(path: Path, text: str) -> int:
+    """Write the results; when that fails, print them (they took a while to measure) and the error."""
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        print(f"error: --json {path}: cannot write the results ({exc.strerror or exc}); they are printed above as "
+              "JSON instead. HINT: give a file in an existing folder you can write to, e.g. --json bench.json.",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def rank_main(argv: Sequence[str] | None = None) -> int:
@@ -87,7 +118,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.write(bench.render_table(results, header))
                 sys.stdout.flush()
                 if args.json:
-                    args.json.write_text(json.dumps(bench.to_json(results, ctx), indent=1) + "\n")
+                    return _write_json(args.json, json.dumps(bench.to_json(results, ctx), indent=1) + "\n")
     except TorchSlurmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
