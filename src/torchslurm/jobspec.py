@@ -86,9 +86,9 @@ class JobSpec:
     preemptible: bool = False
     """Ask Slurm for a warning signal before the time limit, and requeue after a stop."""
     signal: str = "USR2"
-    """Signal sent `grace_s` seconds before the end (`--signal`); USR2 because NCCL may catch USR1."""
+    """When preemptible: signal sent `grace_s` seconds before the end (`--signal`); USR2, as NCCL may catch USR1."""
     grace_s: int = 120
-    """Seconds between the warning signal and the time limit."""
+    """When preemptible: seconds between the warning signal and the time limit."""
     requeue: bool = True
     """When preemptible: allow the job to be requeued (`--requeue`)."""
     max_requeues: int = 3

@@ -142,3 +142,45 @@ def test_submit_creates_the_log_directory_or_says_why_it_cannot(tmp_path: Path, 
     assert no_sbatch == []
     assert main(["submit", "--output", f"{tmp_path}/new/logs/%j.out", "t.py"]) == 0
     assert (tmp_path / "new" / "logs").is_dir() and len(no_sbatch) == 1
+
+
+def test_preemption_flags_turn_on_preemptible_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert main(["script", "--requeue", "--signal", "USR1", "--grace-s", "300", "--max-requeues", "5", "t.py"]) == 0
+    out, err = capsys.readouterr()
+    assert "#SBATCH --signal=USR1@300\n" in out and "#SBATCH --requeue\n" in out
+    assert "export TORCHSLURM_MAX_REQUEUES=5\n" in out
+    assert ("info: [preemptible-implied] --signal, --grace-s, --requeue, --max-requeues turned on --preemptible: "
+            "the script asks for --signal=USR1@300, --requeue and --open-mode=append. HINT: pass --preemptible "
+            "to say so, or drop --signal, --grace-s, --requeue, --max-requeues for a job that is not preemptible"
+            ) in err
+    assert main(["script", "--preemptible", "--signal", "USR1", "t.py"]) == 0
+    assert "preemptible-implied" not in capsys.readouterr().err
+
+
+def test_preemption_flags_where_preemptible_is_off_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert main(["script", "--no-preemptible", "--signal", "USR1", "t.py"]) == 0
+    out, err = capsys.readouterr()
+    assert "--signal" not in out
+    assert ("warning: [preemption-off] --signal takes effect only for a preemptible job, and preemptible is off; "
+            "the script has no #SBATCH --signal or --requeue. HINT: pass --preemptible (preemptible: true in the "
+            "spec file), or drop them") in err
+    (tmp_path / "s.yaml").write_text("script: t.py\npreemptible: false\ngrace_s: 200\n")
+    assert main(["script", "--spec", "s.yaml", "--no-requeue"]) == 0
+    assert "warning: [preemption-off] grace_s (in s.yaml), --no-requeue take effect only" in capsys.readouterr().err
+
+
+def _help(command: str, flag: str) -> str:
+    sub = next(p for p in _parsers(build_parser()) if p.prog == f"torchslurm {command}")
+    return str(sub._option_string_actions[flag].help)
+
+
+@pytest.mark.parametrize("command", ["script", "submit"])
+@pytest.mark.parametrize("flag", ["--signal", "--grace-s", "--requeue", "--max-requeues"])
+def test_the_help_of_preemption_flags_says_they_turn_it_on(command: str, flag: str) -> None:
+    assert _help(command, flag).endswith(" Given as a flag, it turns on --preemptible (unless --no-preemptible).")

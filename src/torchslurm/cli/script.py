@@ -28,6 +28,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
         doc = _field_doc(f.name)
+        if f.name in PREEMPTION_FIELDS:
+            doc += " Given as a flag, it turns on --preemptible (unless --no-preemptible)."
         if kind == "bool":
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=doc)
         elif kind.startswith("tuple"):
@@ -73,8 +75,57 @@ def misplaced_flags(script: str, script_args: list[str]) -> list[Finding]:
             for flag in dict.fromkeys(flags) if flag in _SLURM_FLAGS]
 
 
+# Fields that only matter for a preemptible job (sbatch.directives renders them only then).
+PREEMPTION_FIELDS = ("signal", "grace_s", "requeue", "max_requeues")
+
+
+def preemption_flags(args: argparse.Namespace) -> list[str]:
+    """The preemption flags given on the command line, as spelled there."""
+    return [_flag(name, getattr(args, name)) for name in PREEMPTION_FIELDS if getattr(args, name, None) is not None]
+
+
+def _flag(name: str, value: object) -> str:
+    return ("--no-" if value is False else "--") + name.replace("_", "-")
+
+
+def _spec_file_keys(args: argparse.Namespace) -> set[str]:
+    return set(jobspec.read_file(args.spec)) if getattr(args, "spec", None) is not None else set()
+
+
+def preemptible_implied(args: argparse.Namespace) -> bool:
+    """--signal/--grace-s/--requeue/--max-requeues given, preemptible said nowhere: they turn it on
+    (without it none of them reaches the script, and the user asked for them)."""
+    return (bool(preemption_flags(args)) and getattr(args, "preemptible", None) is None
+            and "preemptible" not in _spec_file_keys(args))
+
+
+def preemption_findings(spec: JobSpec, args: argparse.Namespace) -> list[Finding]:
+    """Say that preemption flags turned on preemptible, or that they do nothing where it is off."""
+    flags = preemption_flags(args)
+    if spec.preemptible and preemptible_implied(args):
+        return [Finding("info", "preemptible-implied",
+                        f"{', '.join(flags)} turned on --preemptible: the script asks for "
+                        f"--signal={spec.signal}@{spec.grace_s}, {'--requeue' if spec.requeue else '--no-requeue'} "
+                        "and --open-mode=append.", "pass --preemptible to say so, or drop "
+                        f"{', '.join(flags)} for a job that is not preemptible")]
+    if spec.preemptible:
+        return []
+    in_file = _spec_file_keys(args)
+    unused = [_flag(name, getattr(args, name)) if getattr(args, name, None) is not None else f"{name} (in {args.spec})"
+              for name in PREEMPTION_FIELDS if getattr(args, name, None) is not None or name in in_file]
+    if not unused:
+        return []
+    verb = "takes" if len(unused) == 1 else "take"
+    return [Finding("warning", "preemption-off",
+                    f"{', '.join(unused)} {verb} effect only for a preemptible job, and preemptible is off; "
+                    "the script has no #SBATCH --signal or --requeue.",
+                    "pass --preemptible (preemptible: true in the spec file), or drop them")]
+
+
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
     overrides: dict[str, Any] = {}
+    if preemptible_implied(args):
+        overrides["preemptible"] = True
     for f in dataclasses.fields(JobSpec):
         value = getattr(args, f.name, None)
         if f.name in ("script", "args") or value is None:
@@ -102,7 +153,7 @@ def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | No
     from torchslurm.sbatch import render
 
     misplaced = misplaced_flags(args.script, args.args) if args.script else []
-    local = script_missing(spec, Path.cwd(), submitting)
+    local = script_missing(spec, Path.cwd(), submitting) + preemption_findings(spec, args)
     if not submitting:  # submit creates the log directories instead (submit.make_log_dirs)
         local += missing_log_dirs(spec, Path.cwd())
     findings = [*misplaced, *local, *bash_syntax(render(spec)), *validate(spec, slurm_version)]
