@@ -184,3 +184,26 @@ def _help(command: str, flag: str) -> str:
 @pytest.mark.parametrize("flag", ["--signal", "--grace-s", "--requeue", "--max-requeues"])
 def test_the_help_of_preemption_flags_says_they_turn_it_on(command: str, flag: str) -> None:
     assert _help(command, flag).endswith(" Given as a flag, it turns on --preemptible (unless --no-preemptible).")
+
+
+@pytest.fixture
+def cancels(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
+    calls: list[tuple[str, str | None]] = []
+    monkeypatch.setattr("torchslurm.slurm.SlurmClient.cancel",
+                        lambda self, job, signal=None: calls.append((job, signal)))
+    return calls
+
+
+def test_cancel_checks_the_signal_before_scancel(cancels: list[tuple[str, str | None]],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cancel", "123", "--signal", "FOO"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --signal='FOO' is not a signal scancel knows. HINT: use one of HUP, INT, QUIT, ABRT, KILL, ALRM, "
+        "TERM, USR1, USR2, URG, CONT, STOP, TSTP, TTIN, TTOU, XCPU (SIG prefix optional) or a signal number; a "
+        "preemptible job checkpoints and stops on its spec's signal (USR2 by default).\n")
+    assert main(["cancel", "123", "--signal", "0"]) == 2 and cancels == []
+    assert main(["cancel", "123", "--signal", "sigusr2"]) == 0
+    assert main(["cancel", "123", "--signal", "10"]) == 0
+    assert main(["cancel", "123"]) == 0
+    assert cancels == [("123", "USR2"), ("123", "10"), ("123", None)]
+    assert capsys.readouterr().out == "job 123: sent USR2\njob 123: sent 10\njob 123: cancel requested\n"

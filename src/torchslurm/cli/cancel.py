@@ -4,18 +4,39 @@ from __future__ import annotations
 
 import argparse
 
+from torchslurm.errors import ConfigError
+
+# The names scancel --signal knows (Slurm src/common/proc_args.c, signals_mapping), in its order;
+# it also takes them with a SIG prefix, in any case, or as a number.
+SCANCEL_SIGNALS = ("HUP", "INT", "QUIT", "ABRT", "KILL", "ALRM", "TERM", "USR1", "USR2", "URG", "CONT", "STOP",
+                   "TSTP", "TTIN", "TTOU", "XCPU")
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("cancel", help="cancel a job, or send its ranks a signal")
     parser.add_argument("job", help="job id")
     parser.add_argument("--signal", default=None, metavar="SIG",
-                        help="send SIG (e.g. USR2) to the job's tasks instead of cancelling it")
+                        help="send SIG to the job's tasks instead of cancelling it: "
+                        f"{', '.join(SCANCEL_SIGNALS)} (SIG prefix optional) or a number")
     parser.set_defaults(handler=handle)
+
+
+def check_signal(text: str) -> str:
+    """`text` as scancel will read it (`sigusr2` -> `USR2`); a ConfigError listing the names otherwise."""
+    name = text.strip().upper().removeprefix("SIG")
+    if name in SCANCEL_SIGNALS:
+        return name
+    if name.isdigit() and 1 <= int(name) <= 64:
+        return str(int(name))
+    raise ConfigError(f"--signal={text!r} is not a signal scancel knows. HINT: use one of "
+                      f"{', '.join(SCANCEL_SIGNALS)} (SIG prefix optional) or a signal number; a preemptible "
+                      "job checkpoints and stops on its spec's signal (USR2 by default).")
 
 
 def handle(args: argparse.Namespace) -> int:
     from torchslurm.slurm import SlurmClient
 
-    SlurmClient().cancel(args.job, signal=args.signal)
-    print(f"job {args.job}: " + (f"sent {args.signal}" if args.signal else "cancel requested"))
+    signal = None if args.signal is None else check_signal(args.signal)
+    SlurmClient().cancel(args.job, signal=signal)
+    print(f"job {args.job}: " + (f"sent {signal}" if signal else "cancel requested"))
     return 0
