@@ -324,9 +324,10 @@ class Trainer:
         logger.info("Starting distributed training on %d process%s (%d node%s × %d, %s, %s), master %s",
                     t.world_size, plural, t.num_nodes, "s" if t.num_nodes != 1 else "", t.local_world_size,
                     t.backend, t.device.type, t.master)
-        logger.info("run_dir %s: %d epochs, batch_size %d per rank, lr %g (%s scaling → %g)",
-                    self.config.run_dir, self.config.epochs, self.config.batch_size, self.config.lr,
-                    self.config.lr_scaling, self.config.lr * self.lr_factor)
+        logger.info("run_dir %s: %d epoch%s, batch_size %d per rank, lr %g%s", self.config.run_dir, self.config.epochs,
+                    "s" if self.config.epochs != 1 else "", self.config.batch_size, self.config.lr,
+                    "" if self.config.lr_scaling == "none" else
+                    f" ({self.config.lr_scaling} scaling → {self.config.lr * self.lr_factor:g})")
 
     def _progress_bar(self, total: int) -> Any:
         """A tqdm bar on rank 0 when stdout is a terminal; None otherwise (plain lines instead)."""
