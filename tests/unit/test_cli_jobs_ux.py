@@ -207,3 +207,18 @@ def test_cancel_checks_the_signal_before_scancel(cancels: list[tuple[str, str | 
     assert main(["cancel", "123"]) == 0
     assert cancels == [("123", "USR2"), ("123", "10"), ("123", None)]
     assert capsys.readouterr().out == "job 123: sent USR2\njob 123: sent 10\njob 123: cancel requested\n"
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "cancel", "script", "submit"])
+def test_job_commands_have_a_description(command: str) -> None:
+    sub = next(p for p in _parsers(build_parser()) if p.prog == f"torchslurm {command}")
+    assert sub.description and len(sub.description) > 60, command
+
+
+@pytest.mark.parametrize("flag, listed", [("--launch", "{srun,torchrun}"), ("--backend", "{auto,gloo,nccl}"),
+                                          ("--gpu-flag", "{gpus-per-node,gres}"),
+                                          ("--signal", "{USR1,USR2,TERM,INT,HUP,URG}")])
+def test_help_lists_the_choices(flag: str, listed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    assert f"  {flag} {listed}\n" in capsys.readouterr().out

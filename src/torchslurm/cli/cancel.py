@@ -13,7 +13,11 @@ SCANCEL_SIGNALS = ("HUP", "INT", "QUIT", "ABRT", "KILL", "ALRM", "TERM", "USR1",
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("cancel", help="cancel a job, or send its ranks a signal")
+    parser = subparsers.add_parser(
+        "cancel", help="cancel a job, or send its ranks a signal",
+        description="Cancel a job (scancel JOB), or with --signal send a signal to its tasks and keep it "
+        "running: the ranks of a preemptible job take their spec's signal (USR2 by default) as the request "
+        "to checkpoint and stop.")
     parser.add_argument("job", help="job id")
     parser.add_argument("--signal", default=None, metavar="SIG",
                         help="send SIG to the job's tasks instead of cancelling it: "

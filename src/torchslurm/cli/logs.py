@@ -8,7 +8,11 @@ import time
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("logs", help="print a job's output, one rank's, or follow it")
+    parser = subparsers.add_parser(
+        "logs", help="print a job's output, one rank's, or follow it",
+        description="Print a job's output file (the path scontrol reports for it). --rank R keeps rank R's "
+        "lines: its own file with per_rank_output, else the lines srun --label prefixed with `R: `. "
+        "-f keeps printing new output until the job ends.")
     parser.add_argument("job", help="job id")
     parser.add_argument("--rank", type=int, default=None, metavar="R", help="only rank R's output")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")

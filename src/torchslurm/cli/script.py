@@ -19,6 +19,10 @@ from torchslurm.errors import ConfigError
 from torchslurm.findings import Finding, validate
 from torchslurm.jobspec import JobSpec
 
+# Spec fields with a fixed set of values, listed in --help (`--launch {srun,torchrun}`).
+CHOICES = {"launch": jobspec.LAUNCH_MODES, "backend": jobspec.BACKENDS, "gpu_flag": jobspec.GPU_FLAGS,
+           "signal": jobspec.SIGNALS}
+
 
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", type=Path, metavar="FILE", help="job spec file (YAML or TOML)")
@@ -36,6 +40,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, action="append", metavar="LINE", help=doc + " (repeatable)")
         elif kind.startswith("Mapping"):
             group.add_argument(flag, action="append", metavar="KEY=VALUE", help=doc + " (repeatable)")
+        elif f.name in CHOICES:  # not argparse's choices=: jobspec's own message, and signal takes any case
+            group.add_argument(flag, default=None, metavar="{" + ",".join(CHOICES[f.name]) + "}", help=doc)
         else:
             conv = int if kind.startswith("int") else float if kind.startswith("float") else str
             group.add_argument(flag, type=conv, default=None, metavar=f.name.upper(), help=doc)

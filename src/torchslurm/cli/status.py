@@ -7,7 +7,11 @@ import getpass
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("status", help="show your jobs, or one job's state, exit code and logs")
+    parser = subparsers.add_parser(
+        "status", help="show your jobs, or one job's state, exit code and logs",
+        description="Without JOB: your jobs in the queue (squeue: id, state, elapsed time and limit, nodes, "
+        "reason or node list, name). With JOB: its state, reason, nodes, elapsed time, exit code, restarts "
+        "and log files, from scontrol, so also for a job that has just left the queue.")
     parser.add_argument("job", nargs="?", help="job id (default: all your queued jobs)")
     parser.set_defaults(handler=handle)
 
