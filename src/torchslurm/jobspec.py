@@ -181,11 +181,14 @@ def parse_slurm_version(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> JobSpec:
-    """A spec from a YAML/TOML file and/or flag values; flags (non-None overrides) win."""
+def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
+         command: str = "torchslurm submit --nodes 2") -> JobSpec:
+    """A spec from a YAML/TOML file and/or flag values; flags (non-None overrides) win.
+
+    `command`: the command line that was run, quoted with the script added when none was given."""
     data: dict[str, Any] = read_file(path) if path is not None else {}
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return from_mapping(data, source=str(path) if path else "flags")
+    return from_mapping(data, source=str(path) if path else "flags", command=command)
 
 
 def read_file(path: Path) -> dict[str, Any]:
@@ -193,7 +196,8 @@ def read_file(path: Path) -> dict[str, Any]:
     return read_mapping(path, f"job spec {path}", field_names())
 
 
-def from_mapping(data: Mapping[str, Any], source: str = "spec") -> JobSpec:
+def from_mapping(data: Mapping[str, Any], source: str = "spec",
+                 command: str = "torchslurm submit --nodes 2") -> JobSpec:
     """Build a JobSpec from plain data, rejecting unknown keys with the list of valid ones."""
     valid = field_names()
     unknown = sorted(set(data) - set(valid))
@@ -201,7 +205,7 @@ def from_mapping(data: Mapping[str, Any], source: str = "spec") -> JobSpec:
         raise unknown_keys_error(source, unknown, valid)
     if "script" not in data:
         raise ConfigError(f"no `script` in {source}. "
-                          "HINT: give the training script after the flags (`torchslurm submit --nodes 2 train.py`) "
+                          f"HINT: give the training script after the flags (`{command} train.py`) "
                           "or as `script: train.py` in the --spec file.")
     try:
         return JobSpec(**data)
@@ -224,10 +228,17 @@ _OPT_STR_FIELDS = ("mem", "time", "partition", "account", "qos", "constraint", "
 _STR_FIELDS = ("script", "name", "launch", "output", "backend", "signal", "python", "gpu_flag")
 
 
+_ITEM = {"args": "argument", "setup": "shell line"}
+
+
 def _as_sequence(name: str, value: object) -> Sequence[object]:
     if isinstance(value, str) or not isinstance(value, Sequence):
+        if isinstance(value, str):  # setup: one line as given; args: one item per word
+            example = json.dumps(value.split() if name == "args" else [value])
+        else:
+            example = '["...", "..."]'
         raise ConfigError(f"{name}={value!r} is a {type(value).__name__}, expected a list of strings. "
-                          f"HINT: write {name}: [\"...\", \"...\"] (one item per {name[:-1] or name}).")
+                          f"HINT: write {name}: {example} (a list, one item per {_ITEM.get(name, 'value')}).")
     return value
 
 

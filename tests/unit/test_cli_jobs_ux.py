@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,11 @@ def test_help_lists_the_choices(flag: str, listed: str, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         main(["submit", "--help"])
     assert f"  {flag} {listed}\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["script"], ["script", "--nodes", "2", "--name", "a b"], ["submit", "--nodes", "2"]])
+def test_no_script_hint_quotes_the_command_that_was_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    command = shlex.join(["torchslurm", *argv])
+    assert capsys.readouterr().err == (f"error: no `script` in flags. HINT: give the training script after the flags "
+                                       f"(`{command} train.py`) or as `script: train.py` in the --spec file.\n")

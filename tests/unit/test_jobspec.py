@@ -185,3 +185,13 @@ def test_every_invalid_field_is_reported_at_once() -> None:
     # a wrong type is reported before the checks that compare values (they would fail on it)
     with pytest.raises(ConfigError, match=r"^2 invalid settings:\n  nodes='2' is not an integer.*\n  preemptible="):
         JobSpec(script="t.py", nodes="2", preemptible="yes", time="abc")  # type: ignore[arg-type]
+
+
+def test_a_string_where_a_list_belongs_names_the_item() -> None:
+    with pytest.raises(ConfigError, match=r"^setup='source x' is a str, expected a list of strings\. HINT: write "
+                                          r'setup: \["source x"\] \(a list, one item per shell line\)\.$'):
+        JobSpec(script="t.py", setup="source x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r'HINT: write args: \["--lr", "1"\] \(a list, one item per argument\)\.$'):
+        JobSpec(script="t.py", args="--lr 1")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r'HINT: write setup: \["\.\.\.", "\.\.\."\] \(a list, one item per shell'):
+        JobSpec(script="t.py", setup=3)  # type: ignore[arg-type]

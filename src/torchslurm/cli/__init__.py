@@ -156,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for hints that quote the command
     setup_logging(args.verbose)
     try:
         return int(args.handler(args))

@@ -142,7 +142,9 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
     if args.script:
         overrides["script"] = args.script
         overrides["args"] = tuple(args.args)
-    return jobspec.load(args.spec, overrides)
+    # the command as run, for the hint when it names no script
+    command = shlex.join(["torchslurm", *getattr(args, "argv", [args.command])])
+    return jobspec.load(args.spec, overrides, command=command)
 
 
 def _key_value(item: str) -> tuple[str, str]:
