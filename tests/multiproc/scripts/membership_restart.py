@@ -17,12 +17,17 @@ import torch.distributed as dist
 
 import torchslurm
 
-marker = Path(sys.argv[1]) / "rank1-failed"
+marker, rank0_idle = Path(sys.argv[1]) / "rank1-failed", Path(sys.argv[1]) / "rank0-idle"
 with torchslurm.init(timeout_s=60) as ctx:
     if not marker.exists():
         if ctx.rank == 1:
+            # Only once rank 0 is out of init's collectives: a rank 0 still inside one would fail
+            # too, its agent would count a failure, and both counts would be 1 (seen under load).
+            while not rank0_idle.exists():
+                time.sleep(0.05)
             marker.touch()
             os._exit(3)
+        rank0_idle.touch()
         time.sleep(120)  # stopped by its agent when the other node re-joins the rendezvous
     total = torch.ones(1)
     dist.all_reduce(total)
