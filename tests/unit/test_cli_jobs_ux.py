@@ -231,3 +231,40 @@ def test_no_script_hint_quotes_the_command_that_was_run(argv: list[str], capsys:
     command = shlex.join(["torchslurm", *argv])
     assert capsys.readouterr().err == (f"error: no `script` in flags. HINT: give the training script after the flags "
                                        f"(`{command} train.py`) or as `script: train.py` in the --spec file.\n")
+
+
+def test_spec_errors_name_flags_as_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert main(["script", "--gpus-per-node=-2", "--nodes", "0", "t.py"]) == 2
+    assert capsys.readouterr().err == (
+        "error: 2 invalid settings:\n"
+        "  --nodes=0 is below 1. HINT: set --nodes to at least 1.\n"
+        "  --gpus-per-node=-2 is below 0. HINT: set --gpus-per-node to at least 0.\n")
+    assert main(["script", "--gpus-per-node", "4", "--tasks-per-node", "1", "t.py"]) == 2
+    assert ("error: [tasks-vs-gpus] --launch=srun runs one rank per Slurm task, but --tasks-per-node=1 and "
+            "--gpus-per-node=4. HINT: set --tasks-per-node 4, or use --launch torchrun with --tasks-per-node 1."
+            ) in capsys.readouterr().err
+    assert main(["script", "--preemptible", "--no-requeue", "--time", "10", "t.py"]) == 0
+    assert ("warning: [no-requeue] preemptible with --no-requeue: after the checkpoint the job ends instead of "
+            "continuing. HINT: set --requeue.") in capsys.readouterr().err
+
+
+def test_spec_errors_name_spec_file_keys_as_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    (tmp_path / "job.yaml").write_text("script: t.py\ngpus_per_node: 4\nnodes: 0\n")
+    assert main(["script", "--spec", "job.yaml", "--gpus-per-node=-2"]) == 2
+    assert capsys.readouterr().err == (
+        "error: 2 invalid settings:\n"
+        "  nodes=0 is below 1. HINT: set nodes to at least 1.\n"
+        "  --gpus-per-node=-2 is below 0. HINT: set --gpus-per-node to at least 0.\n")
+    (tmp_path / "job.yaml").write_text("script: t.py\ngpus_per_node: 4\nbackend: gloo\n")
+    assert main(["script", "--spec", "job.yaml", "--tasks-per-node", "1"]) == 2
+    err = capsys.readouterr().err
+    assert ("but --tasks-per-node=1 and gpus_per_node=4. HINT: set --tasks-per-node 4, or use --launch torchrun "
+            "with --tasks-per-node 1.") in err
+    assert ("warning: [gloo-with-gpu] backend=gloo with gpus_per_node=4: gradients go through CPU memory, much "
+            "slower than NCCL. HINT: use backend: auto (NCCL on GPUs).") in err  # set in the file: a key

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shlex
 import subprocess
 import sys
@@ -144,7 +145,48 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
         overrides["args"] = tuple(args.args)
     # the command as run, for the hint when it names no script
     command = shlex.join(["torchslurm", *getattr(args, "argv", [args.command])])
-    return jobspec.load(args.spec, overrides, command=command)
+    try:
+        return jobspec.load(args.spec, overrides, command=command)
+    except ConfigError as exc:
+        named = [as_given(problem, flag_named_fields(args)) for problem in exc.problems]
+        raise type(exc).combined(named) from exc
+
+
+def flag_named_fields(args: argparse.Namespace) -> set[str]:
+    """The fields a message should name as flags: all but those the --spec file set and no flag overrode."""
+    from_file = {k for k in _spec_file_keys(args) if getattr(args, k, None) is None}
+    return set(jobspec.field_names()) - from_file - {"script", "args"}
+
+
+def as_given(text: str, fields: set[str]) -> str:
+    """Name `fields` in a job spec message as flags (`gpus_per_node=-2` -> `--gpus-per-node=-2`,
+    `set tasks_per_node: 4` -> `set --tasks-per-node 4`, `requeue: true` -> `--requeue`), the way
+    the user gave them."""
+    def boolean(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in fields:
+            return m.group(0)
+        return ("--" if m.group(2).lower() == "true" else "--no-") + name.replace("_", "-")
+
+    def other(m: re.Match[str]) -> str:
+        name, sep = m.group(1), m.group(2)
+        if name not in fields:
+            return m.group(0)
+        return "--" + name.replace("_", "-") + {"=": "=", ": ": " ", " to ": " to ", "": ""}[sep]
+
+    return _BARE_MENTION.sub(other, _MENTION.sub(other, _BOOL_MENTION.sub(boolean, text)))
+
+
+def _names(names: list[str]) -> str:
+    return "|".join(sorted(names, key=len, reverse=True))
+
+
+# a field in a message: `name=value`, `name: value` (as in a spec file) or `name to ...`
+_MENTION = re.compile(rf"(?<![\w.`-])({_names(jobspec.field_names())})(=|: | to )")
+# `tasks_per_node` in prose: only names with `_`, which are never English words (`time`, `nodes` are)
+_BARE_MENTION = re.compile(rf"(?<![\w.`-])({_names([n for n in jobspec.field_names() if '_' in n])})()(?![\w=:])")
+_BOOL_MENTION = re.compile(rf"(?<![\w.`-])({_names(['preemptible', 'requeue', 'per_rank_output'])})(?:=|: )"
+                           r"(true|false|True|False)\b")
 
 
 def _key_value(item: str) -> tuple[str, str]:
@@ -164,7 +206,10 @@ def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | No
     local = script_missing(spec, Path.cwd(), submitting) + preemption_findings(spec, args)
     if not submitting:  # submit creates the log directories instead (submit.make_log_dirs)
         local += missing_log_dirs(spec, Path.cwd())
-    findings = [*misplaced, *local, *bash_syntax(render(spec)), *validate(spec, slurm_version)]
+    fields = flag_named_fields(args)
+    checked = [dataclasses.replace(f, message=as_given(f.message, fields), hint=as_given(f.hint, fields))
+               for f in validate(spec, slurm_version)]
+    findings = [*misplaced, *local, *bash_syntax(render(spec)), *checked]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order[f.severity])
 
