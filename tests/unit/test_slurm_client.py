@@ -178,6 +178,7 @@ def test_script_lint_submit_work_without_torch(tmp_path: Path, without_torch: Wi
     lint = without_torch("lint", "job.sbatch", cwd=tmp_path)
     assert (lint.returncode, lint.stdout) == (0, "job.sbatch: ok\n"), lint.stderr
     # submit needs sbatch: a stand-in that prints what the real one printed (the real one: cluster tests)
+    (tmp_path / "train.py").write_text("")  # submit refuses a script that is not there
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text("#!/bin/sh\necho 3\n")
@@ -198,7 +199,7 @@ def test_lint_cli_exit_code_on_errors(tmp_path: Path, without_torch: WithoutTorc
 def test_script_cli_refuses_errors(tmp_path: Path, without_torch: WithoutTorch) -> None:
     result = without_torch("script", "--gpus-per-node", "4", "--tasks-per-node", "1", "t.py", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
-    assert "error: [tasks-vs-gpus]" in result.stderr and "HINT: set tasks_per_node: 4" in result.stderr
+    assert "error: [tasks-vs-gpus]" in result.stderr and "HINT: set --tasks-per-node 4" in result.stderr
 
 
 def test_slurm_flags_after_the_script_are_refused_unless_forced(tmp_path: Path, without_torch: WithoutTorch) -> None:
