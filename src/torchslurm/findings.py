@@ -138,4 +138,4 @@ def _summaries(spec: JobSpec) -> list[Finding]:
         text += f"; lr={spec.lr:g} was tuned for which batch size?"
         hint = (f"linear scaling from a single rank gives lr={spec.lr * world:g} "
                 f"(square-root scaling: {spec.lr * world ** 0.5:g}); warm up when scaling by a lot.")
-    return [Finding("info", "effective-batch", text + ".", hint)]
+    return [Finding("info", "effective-batch", text if text.endswith("?") else text + ".", hint)]

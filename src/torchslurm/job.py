@@ -6,6 +6,7 @@ Effects only through a SlurmClient (the seam) and the run directory; no torch.
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import logging
 import re
 import time
@@ -34,10 +35,30 @@ def prepare(spec: JobSpec, run_dir: Path) -> tuple[JobSpec, Path]:
     for name in ("output", "error"):
         value = getattr(spec, name)
         if value is not None:
-            Path(value).parent.mkdir(parents=True, exist_ok=True)  # Slurm does not create it
+            _make_log_directory(name, value, spec.name)
     script = run_dir / f"{spec.name}.sbatch"
     script.write_text(render(spec))
     return spec, script
+
+
+def _make_log_directory(name: str, pattern: str, job_name: str) -> None:
+    """Create the folder of a log file pattern: Slurm does not, and a job whose log folder is missing
+    fails before printing anything. %x (the job name) and %u (the user) are known before submission;
+    the other placeholders (%j, %A, %N, ...) are not, so they cannot name a folder made beforehand."""
+    escaped = "\0"  # stands for a literal %% while the placeholders are read
+    folder = str(Path(pattern).parent).replace("%%", escaped).replace("%x", job_name)
+    folder = folder.replace("%u", getpass.getuser())
+    if "%" in folder:
+        raise ConfigError(f"{name}={pattern}: its folder holds a placeholder known only once the job runs, and "
+                          "Slurm does not create folders. HINT: keep %j and the like in the file name, e.g. "
+                          f"{name}=logs/%x-%j.out.")
+    folder = folder.replace(escaped, "%")
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{name}={pattern}: cannot create {folder}/ ({exc.strerror}); Slurm does not create it "
+                          "and the job would fail before printing anything. HINT: give a folder you can write, "
+                          f"e.g. {name}=logs/%x-%j.out (placed in the run directory).") from exc
 
 
 def submit(spec: JobSpec, run_dir: Path | str | None = None, client: SlurmClient | None = None,

@@ -137,12 +137,17 @@ def test_submit_creates_the_log_directory_or_says_why_it_cannot(tmp_path: Path, 
     (tmp_path / "a-file").write_text("")
     assert main(["submit", "--output", f"{tmp_path}/a-file/logs/%j.out", "t.py"]) == 2
     assert capsys.readouterr().err == (
-        f"error: --output={tmp_path}/a-file/logs/%j.out: cannot create {tmp_path}/a-file/logs/ (Not a directory); "
-        "Slurm does not create it and the job would fail before printing anything. HINT: give a directory you can "
-        "write, e.g. --output logs/%x-%j.out (placed in the run directory).\n")
+        f"error: output={tmp_path}/a-file/logs/%j.out: cannot create {tmp_path}/a-file/logs/ (Not a directory); "
+        "Slurm does not create it and the job would fail before printing anything. HINT: give a folder you can "
+        "write, e.g. output=logs/%x-%j.out (placed in the run directory).\n")
     assert no_sbatch == []
     assert main(["submit", "--output", f"{tmp_path}/new/logs/%j.out", "t.py"]) == 0
     assert (tmp_path / "new" / "logs").is_dir() and len(no_sbatch) == 1
+    assert main(["submit", "--name", "exp1", "--output", f"{tmp_path}/%x/%%done/%j.out", "t.py"]) == 0
+    assert (tmp_path / "exp1" / "%done").is_dir() and len(no_sbatch) == 2  # %x is the job name; %% a %
+    assert main(["submit", "--output", f"{tmp_path}/%j/out.txt", "t.py"]) == 2
+    assert "its folder holds a placeholder known only once the job runs" in capsys.readouterr().err
+    assert len(no_sbatch) == 2 and not (tmp_path / "%j").exists()
 
 
 def test_preemption_flags_turn_on_preemptible_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -154,7 +154,10 @@ def test_effective_batch_summary_like_seed_004() -> None:
     spec = JobSpec(script="t.py", nodes=6, gpus_per_node=1, batch_size=64, lr=0.01)
     (found,) = validate(spec)
     assert "effective batch size = 64 per rank x 6 ranks = 384" in found.message
+    assert found.message.endswith("; lr=0.01 was tuned for which batch size?")  # one mark, not "?."
     assert "lr=0.06" in found.hint
+    (plain,) = validate(JobSpec(script="t.py", nodes=6, gpus_per_node=1, batch_size=64))
+    assert plain.message.endswith("(6 node(s) x 1 rank(s)).")
 
 
 def test_nic_override_warns() -> None:

@@ -204,7 +204,7 @@ def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | No
 
     misplaced = misplaced_flags(args.script, args.args) if args.script else []
     local = script_missing(spec, Path.cwd(), submitting) + preemption_findings(spec, args)
-    if not submitting:  # submit creates the log directories instead (submit.make_log_dirs)
+    if not submitting:  # submit creates the log directories instead (job.prepare)
         local += missing_log_dirs(spec, Path.cwd())
     fields = flag_named_fields(args)
     checked = [dataclasses.replace(f, message=as_given(f.message, fields), hint=as_given(f.hint, fields))

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from torchslurm.cli.script import add_spec_arguments, findings_of, log_dirs, report, spec_from_args
-from torchslurm.errors import ConfigError
-from torchslurm.jobspec import JobSpec
+from torchslurm.cli.script import add_spec_arguments, findings_of, report, spec_from_args
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +29,6 @@ def handle(args: argparse.Namespace) -> int:
     code = report(findings_of(spec, args, version, submitting=True), args.force)
     if code:
         return code
-    make_log_dirs(spec)
     job = submit(spec, run_dir=args.run_dir, force=True)
     assert job.spec is not None and job.script is not None
     print(f"submitted job {job.id}")
@@ -41,22 +38,6 @@ def handle(args: argparse.Namespace) -> int:
         print(f"  error:  {_expand(job.spec.error, job.spec.name, job.id)}")
     print(f"  follow: torchslurm logs {job.id} -f")
     return 0
-
-
-def make_log_dirs(spec: JobSpec) -> None:
-    """Create the directories of absolute log patterns (relative ones go into the run directory,
-    which job.submit creates): Slurm does not, and without them the job fails before printing
-    anything. Created rather than refused, as `mkdir -p` is what the user would do next."""
-    for key, path in log_dirs(spec, Path("/")).items():
-        if not Path(getattr(spec, key)).is_absolute():
-            continue
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"--{key}={getattr(spec, key)}: cannot create {path}/ ({exc.strerror}); Slurm does "
-                              "not create it and the job would fail before printing anything. HINT: give a "
-                              f"directory you can write, e.g. --{key} logs/%x-%j.out (placed in the run "
-                              "directory).") from exc
 
 
 def _expand(pattern: str, name: str, job_id: str) -> str:
