@@ -1,13 +1,14 @@
 """lint.parse(text) -> Script: what a hand-written sbatch script asks for and runs. Pure, nothing executed.
 
-Reads the `#SBATCH` directives with sbatch's own tokenizer and option table, and the commands
-with bash's quoting (single and double quotes, backslash escapes, `#` comments, line
-continuations), so a `;`, `&&` or continuation inside `srun bash -c "..."` stays part of the
-quoted string, and the commands inside it run under that srun, with its options; heredoc bodies
-are data, and `$'...'` is a quote with backslash escapes. Options follow
-GNU getopt as sbatch and srun use it: an option that takes a value takes the next word whatever it
-looks like (`--nodes -1`), one that takes none never does, and a long option may be shortened to
-any unambiguous prefix (`--requeu`). torchrun's options end at the training script.
+The parsing code; the option tables it reads with are data in lint_options.py. Reads the `#SBATCH`
+directives with sbatch's own tokenizer and option table, and the commands with bash's quoting
+(single and double quotes, backslash escapes, `#` comments, line continuations), so a `;`, `&&` or
+continuation inside `srun bash -c "..."` stays part of the quoted string, and the commands inside it
+run under that srun, with its options; heredoc bodies are data, and `$'...'` is a quote with
+backslash escapes. Options follow GNU getopt as sbatch and srun use it: an option that takes a value
+takes the next word whatever it looks like (`--nodes -1`), one that takes none never does, and a
+long option may be shortened to any unambiguous prefix (`--requeu`). torchrun's options end at the
+training script.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from torchslurm.lint_options import LAUNCHER_FLAGS, SBATCH, SHORT, SRUN, Options
 from torchslurm.sbatch import sbatch_split
 
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -26,59 +28,7 @@ _RANK_VARS_RE = re.compile(r"\$\{?(RANK|SLURM_PROCID|SLURM_NODEID|SLURM_LOCALID|
 # shell words that may come before a command on one line (`if ...; then srun ...`)
 _PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec"}
 
-# Short options lint reads (sbatch's and srun's letters agree), by their long names.
-SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "J": "job-name", "o": "output",
-         "e": "error", "p": "partition", "A": "account", "G": "gpus", "w": "nodelist", "x": "exclude",
-         "a": "array", "C": "constraint", "q": "qos", "K": "kill-on-bad-exit"}
 _WORD_BREAK = " \t\n;&|()<>"
-
-
-@dataclass(frozen=True)
-class Options:
-    """Which options of a Slurm command never take the next word as their value."""
-
-    long_flags: frozenset[str]
-    """Long options with no value or an optional one (given only as `--opt=value`)."""
-    short_flags: str
-    """Short options with no value."""
-    short_optional: str
-    """Short options with an optional value, attached (`-K1`)."""
-    long_names: frozenset[str] = frozenset()
-    """Every long option, when known: getopt_long also takes an unambiguous prefix (`--requeu`)."""
-    short_names: str = ""
-    """Every short option, when known."""
-
-
-# Read from sbatch and srun 22.05.8 themselves: every option of `--help`/`--usage`, plus the
-# undocumented ones, given alone (`requires an argument`?) and with `=1` (`doesn't allow`?).
-SBATCH = Options(frozenset({
-    "contiguous", "exclusive", "get-user-env", "help", "hold", "ignore-pbs", "nice", "no-kill", "no-requeue",
-    "overcommit", "oversubscribe", "parsable", "propagate", "quiet", "reboot", "requeue", "spread-job",
-    "test-only", "usage", "use-min-nodes", "verbose", "version", "wait"
-}), "hsvHOQVW", "k", frozenset({
-    # all of sbatch 22.05.8's long options: each prefix given to `sbatch --PREFIX=1 --help` until getopt_long
-    # named them (its `is ambiguous; possibilities:` list) or refused them (`unrecognized option`)
-    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster", "cluster-constraint",
-    "clusters", "comment", "constraint", "container", "context", "contiguous", "core-spec", "cores-per-socket",
-    "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution", "error",
-    "exclude", "exclusive", "export", "export-file", "extra-node-info", "get-user-env", "gid", "gpu-bind",
-    "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "help", "hint",
-    "hold", "ignore-pbs", "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user",
-    "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice", "no-kill",
-    "no-requeue", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
-    "ntasks-per-socket", "ntasks-per-tres", "open-mode", "output", "overcommit", "oversubscribe", "parsable",
-    "partition", "power", "prefer", "priority", "profile", "propagate", "qos", "quiet", "reboot", "requeue",
-    "reservation", "signal", "sockets-per-node", "spread-job", "switches", "tasks-per-node", "test-only",
-    "thread-spec", "threads-per-core", "time", "time-min", "tmp", "uid", "usage", "use-min-nodes", "verbose",
-    "version", "wait", "wait-all-nodes", "wckey", "wrap",
-}), "abcdehikmnopqstvwxABCDFGHJLMNOQSVW")
-SRUN = Options(frozenset({
-    "bcast", "compress", "contiguous", "debugger-test", "disable-status", "exact", "exclusive", "help", "hold",
-    "immediate", "interactive", "kill-on-bad-exit", "label", "multi-prog", "nice", "no-allocate", "no-kill",
-    "overcommit", "overlap", "oversubscribe", "preserve-env", "propagate", "pty", "quiet", "quit-on-interrupt",
-    "reboot", "resv-ports", "send-libs", "spread-job", "test-only", "unbuffered", "usage", "use-min-nodes",
-    "verbose", "version", "whole", "x11"
-}), "hlsuvEHOQVXZ", "kIK")
 
 
 def parse_options(args: list[str], table: Options, stop_at_operand: bool) -> tuple[list[tuple[str, str]], list[str]]:
@@ -289,10 +239,6 @@ class Script:
     """The script's first line as written (sbatch wants `#!` there)."""
 
 
-# torchrun's (and torch.distributed.launch's) options that take no value; every other one takes one
-_LAUNCHER_FLAGS = {"standalone", "module", "no-python", "run-path", "virtual-local-rank", "use-env", "help", "m", "h"}
-
-
 def _launcher_args(args: list[str]) -> dict[str, str]:
     """The launcher's own options, `-` spelling (`--opt=v`, `--opt v`, `-r 3`, flags as ""), up to the
     training script: argparse ends them at the first operand, the rest are the script's arguments."""
@@ -304,7 +250,7 @@ def _launcher_args(args: list[str]) -> dict[str, str]:
         key, eq, value = _dashes(args[i]).lstrip("-").partition("=")
         if len(key) > 1 and not args[i].startswith("--"):  # `-r3`: a short option with its value attached
             key, value, eq = key[0], key[1:], "="
-        if not eq and key not in _LAUNCHER_FLAGS and i + 1 < len(args):
+        if not eq and key not in LAUNCHER_FLAGS and i + 1 < len(args):
             value, i = args[i + 1], i + 1
         into[key] = value
         i += 1

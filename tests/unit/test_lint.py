@@ -9,7 +9,8 @@ import pytest
 
 from torchslurm.cli import main
 from torchslurm.jobspec import JobSpec
-from torchslurm.lint import gpus_per_node, lint, parse, tasks_per_node
+from torchslurm.lint import lint, parse
+from torchslurm.lint_launch import gpus_per_node, tasks_per_node
 from torchslurm.sbatch import render
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from torchslurm.lint_parse import SBATCH, SRUN, commands, logical_lines, parse, parse_options
+from torchslurm.lint_options import SBATCH, SRUN
+from torchslurm.lint_parse import commands, logical_lines, parse, parse_options
 
 
 def test_continuations_and_quoted_multiline_joined() -> None:

@@ -13,7 +13,8 @@ WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 # Modules and commands that must work without torch.
 TORCH_FREE_MODULES = ["torchslurm", "torchslurm.errors", "torchslurm.hostlist", "torchslurm.distenv",
                       "torchslurm.launch", "torchslurm.cli",
-                      "torchslurm.jobspec", "torchslurm.sbatch", "torchslurm.lint", "torchslurm.slurm",
+                      "torchslurm.jobspec", "torchslurm.sbatch", "torchslurm.lint", "torchslurm.lint_launch",
+                      "torchslurm.lint_options", "torchslurm.lint_parse", "torchslurm.slurm",
                       "torchslurm.job", "torchslurm.configfile", "torchslurm.config", "torchslurm.findings",
                       "torchslurm.requeue", "torchslurm.doctor", "torchslurm.facts", "torchslurm.netcheck",
                       "torchslurm.probe"]
