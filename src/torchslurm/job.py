@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.findings import validate
+from torchslurm.findings import Finding, validate
 from torchslurm.jobspec import JobSpec
 from torchslurm.sbatch import render
 from torchslurm.slurm import JobStatus, SlurmClient
@@ -61,10 +61,34 @@ def _make_log_directory(name: str, pattern: str, job_name: str) -> None:
                           f"e.g. {name}=logs/%x-%j.out (placed in the run directory).") from exc
 
 
+def script_missing(spec: JobSpec, cwd: Path, submitting: bool) -> list[Finding]:
+    """The training script, looked up where the job will run it: sbatch starts the job in the
+    directory it was called from (the spec has no working directory of its own).
+
+    An error for `submit` (the job would wait in the queue, then fail at once); a warning for
+    `script`, which only prints, maybe for another machine. A file that exists only on the compute
+    nodes is still possible: --force submits anyway.
+    """
+    path = cwd / spec.script
+    if path.is_file():
+        return []
+    what = "is a directory" if path.is_dir() else "does not exist"
+    if submitting:
+        return [Finding("error", "script-missing",
+                        f"script {spec.script!r} {what}: checked {path}; the job would wait in the queue and "
+                        "then fail.",
+                        f"give the training script's path (relative paths are taken from {cwd}, where the job "
+                        "runs); if it exists only on the compute nodes, pass --force (force=True from Python)")]
+    return [Finding("warning", "script-missing", f"script {spec.script!r} {what}: checked {path}.",
+                    "give the training script's path; relative paths are taken from the directory you run "
+                    "sbatch in")]
+
+
 def submit(spec: JobSpec, run_dir: Path | str | None = None, client: SlurmClient | None = None,
            force: bool = False, slurm_version: str | None = None) -> Job:
     """Validate, render into `run_dir` (default ./torchslurm-runs/<name>), sbatch, return the Job."""
-    errors = [f for f in validate(spec, slurm_version) if f.severity == "error"]
+    errors = [f for f in [*script_missing(spec, Path.cwd(), True), *validate(spec, slurm_version)]
+              if f.severity == "error"]
     if errors and not force:
         raise ConfigError("the job spec has errors:\n  " + "\n  ".join(str(f) for f in errors)
                           + "\nHINT: fix them (or pass force=True / --force to submit anyway).")

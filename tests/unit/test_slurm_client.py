@@ -235,3 +235,19 @@ def test_show_job_takes_the_first_record_of_an_array() -> None:
 def test_help_without_torch(command: str, tmp_path: Path, without_torch: WithoutTorch) -> None:
     result = without_torch(command, "--help", cwd=tmp_path)
     assert result.returncode == 0 and "usage: torchslurm" in result.stdout, result.stderr
+
+
+def test_the_python_api_refuses_a_missing_script_before_sbatch(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchslurm.job import submit
+    from torchslurm.jobspec import JobSpec
+
+    run = FakeRun({"sbatch": (0, "42\n", "")})
+    monkeypatch.chdir(tmp_path)
+    spec = JobSpec(script="nothere.py")
+    with pytest.raises(ConfigError, match=r"\[script-missing\] script 'nothere.py' does not exist: checked "
+                                          rf"{tmp_path}/nothere.py.*force=True from Python"):
+        submit(spec, client=SlurmClient(run=run))
+    assert run.calls == []
+    assert submit(spec, client=SlurmClient(run=run), force=True).id == "42"  # a file only the nodes have
+    assert run.calls[0][0] == "sbatch"

@@ -203,6 +203,8 @@ def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | No
     from torchslurm.sbatch import render
 
     misplaced = misplaced_flags(args.script, args.args) if args.script else []
+    from torchslurm.job import script_missing
+
     local = script_missing(spec, Path.cwd(), submitting) + preemption_findings(spec, args)
     if not submitting:  # submit creates the log directories instead (job.prepare)
         local += missing_log_dirs(spec, Path.cwd())
@@ -212,29 +214,6 @@ def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | No
     findings = [*misplaced, *local, *bash_syntax(render(spec)), *checked]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order[f.severity])
-
-
-def script_missing(spec: JobSpec, cwd: Path, submitting: bool) -> list[Finding]:
-    """The training script, looked up where the job will run it: sbatch starts the job in the
-    directory it was called from (the spec has no working directory of its own).
-
-    An error for `submit` (the job would wait in the queue, then fail at once); a warning for
-    `script`, which only prints, maybe for another machine. A file that exists only on the compute
-    nodes is still possible: --force submits anyway.
-    """
-    path = cwd / spec.script
-    if path.is_file():
-        return []
-    what = "is a directory" if path.is_dir() else "does not exist"
-    if submitting:
-        return [Finding("error", "script-missing",
-                        f"script {spec.script!r} {what}: checked {path}; the job would wait in the queue and "
-                        "then fail.",
-                        f"give the training script's path (relative paths are taken from {cwd}, where the job "
-                        "runs); if it exists only on the compute nodes, pass --force")]
-    return [Finding("warning", "script-missing", f"script {spec.script!r} {what}: checked {path}.",
-                    "give the training script's path; relative paths are taken from the directory you run "
-                    "sbatch in")]
 
 
 def log_dirs(spec: JobSpec, base: Path) -> dict[str, Path]:
