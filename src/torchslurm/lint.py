@@ -105,6 +105,26 @@ def _check_shebang(s: Script) -> list[Finding]:
 _PLUGIN_PREFIXES = ("container-", "no-container-")
 
 
+_TYPO_EDITS = 2
+"""An unknown option this close to a known one (`--nodse`, `--ntask-per-node`) is a typo; a farther one
+may be a newer Slurm's (`--tres-bind`, 24.05) and is only a warning."""
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, previous2[j - 2] + 1)
+            row.append(cost)
+        previous2, previous = previous, row
+    return previous[-1]
+
+
 def _check_options(s: Script) -> list[Finding]:
     """`#SBATCH` options sbatch does not know: it refuses the whole script (`unrecognized option`)."""
     out = []
@@ -124,14 +144,14 @@ def _check_options(s: Script) -> list[Finding]:
                           f"spell the option out, e.g. #SBATCH --{matches[0]}{'=' + value if value else ''}."))
         elif not matches and not key.startswith(_PLUGIN_PREFIXES):
             close = difflib.get_close_matches(key.replace("_", "-"), sorted(SBATCH.long_names), n=1, cutoff=0.6)
-            if close:
+            if close and edit_distance(key.replace("_", "-"), close[0]) <= _TYPO_EDITS:
                 out.append(_f("error", "unknown-option", f"{shown}: sbatch has no option --{key} and refuses the "
                               "script (`sbatch: unrecognized option`; checked against sbatch 22.05's options).",
                               f"did you mean --{close[0]}? #SBATCH --{close[0]}{'=' + value if value else ''}."))
-            else:  # nothing like it: perhaps a SPANK plugin's option, which lint cannot know
+            else:  # not a typo of a 22.05 option: a newer Slurm's, or a SPANK plugin's, which lint cannot know
                 out.append(_f("warning", "unknown-option", f"{shown}: sbatch 22.05 has no option --{key}; "
-                              "unless a SPANK plugin of this cluster adds it, sbatch refuses the script "
-                              "(`sbatch: unrecognized option`).",
+                              "unless this cluster's newer Slurm or a SPANK plugin has it, sbatch refuses the "
+                              "script (`sbatch: unrecognized option`).",
                               "check the spelling in `sbatch --help` (or `man sbatch`) on the login node."))
     return out
 

@@ -9,7 +9,7 @@ import pytest
 
 from torchslurm.cli import main
 from torchslurm.jobspec import JobSpec
-from torchslurm.lint import lint, parse
+from torchslurm.lint import edit_distance, lint, parse
 from torchslurm.lint_launch import gpus_per_node, tasks_per_node
 from torchslurm.sbatch import render
 
@@ -343,8 +343,13 @@ def test_misspelled_sbatch_option_is_refused_with_a_suggestion() -> None:
     ("--requeu", "#SBATCH --requeue", None),
     ("--no=1", "#SBATCH --no=1: --no is ambiguous, the start of --no-kill, --no-requeue, --nodefile, --nodelist, "
      "--nodes; sbatch refuses the script.", "spell the option out, e.g. #SBATCH --no-kill=1."),
-    ("--frobnicate", "#SBATCH --frobnicate: sbatch 22.05 has no option --frobnicate; unless a SPANK plugin",
-     "check the spelling in `sbatch --help` (or `man sbatch`) on the login node."),
+    ("--frobnicate", "#SBATCH --frobnicate: sbatch 22.05 has no option --frobnicate; unless this cluster's newer "
+     "Slurm or a SPANK plugin", "check the spelling in `sbatch --help` (or `man sbatch`) on the login node."),
+    ("--ntask-per-node=4", "#SBATCH --ntask-per-node=4: sbatch has no option", "did you mean --ntasks-per-node?"),
+    # options of newer Slurm versions (24.05, 24.11) are no typos: a warning only
+    ("--tres-bind=gres/gpu:closest", "#SBATCH --tres-bind=gres/gpu:closest: sbatch 22.05 has no option",
+     "check the spelling"),
+    ("--oom-kill-step", "#SBATCH --oom-kill-step: sbatch 22.05 has no option", "check the spelling"),
     ("--container-image=nvcr.io/nvidia/pytorch:24.01-py3", None, None),  # pyxis, a SPANK plugin
     ("-X 1", "#SBATCH -X 1: sbatch has no option -X", "check the letter in `sbatch --help`"),
     ("-N 2 -W", None, None), ("--open-mode=append --kill-on-invalid-dep=yes --hint=nomultithread", None, None),
@@ -361,6 +366,12 @@ def test_sbatch_options_checked_against_sbatchs_own_list(directive: str, message
         (f,) = found
         assert f.message.startswith(f"line 2: {message}") and f.hint.startswith(hint)
         assert f.severity == ("warning" if "SPANK" in f.message else "error")
+
+
+@pytest.mark.parametrize(("a", "b", "edits"), [("nodse", "nodes", 1), ("ntask-per-node", "ntasks-per-node", 1),
+                                               ("", "abc", 3), ("kitten", "sitting", 3), ("same", "same", 0)])
+def test_edit_distance_counts_a_swap_as_one_edit(a: str, b: str, edits: int) -> None:
+    assert edit_distance(a, b) == edits
 
 
 def test_script_without_shebang_is_refused_by_sbatch() -> None:
