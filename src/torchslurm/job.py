@@ -17,6 +17,7 @@ from pathlib import Path
 from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.findings import Finding, validate
 from torchslurm.jobspec import JobSpec
+from torchslurm.launch import script_problem
 from torchslurm.sbatch import render
 from torchslurm.slurm import JobStatus, SlurmClient
 
@@ -70,7 +71,7 @@ def script_missing(spec: JobSpec, cwd: Path, submitting: bool) -> list[Finding]:
     nodes is still possible: --force submits anyway.
     """
     path = cwd / spec.script
-    if path.is_file():
+    if script_problem(str(path)) is None:  # what `torchslurm run` accepts: a file, or a folder with __main__.py
         return []
     what = "is a directory" if path.is_dir() else "does not exist"
     if submitting:

@@ -52,7 +52,7 @@ def check_run_options(script: str, nproc: int | None, max_restarts: int) -> None
     ConfigError.raise_any([
         None if nproc is None or nproc >= 1 else
         f"--nproc={nproc} must be at least 1. HINT: --nproc 2 starts two ranks.",
-        None if max_restarts >= 0 else
+        None if max_restarts >= 0 else  # torch's agent divides by zero on one, after the ranks ran
         f"--max-restarts={max_restarts} must be 0 or more. HINT: --max-restarts 0 (the default) fails on the "
         "first error; --max-restarts 3 restarts all ranks up to 3 times.",
         script_problem(script),
@@ -145,9 +145,7 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    ConfigError.raise_any([script_problem(launch_plan.argv[1])])
-    if max_restarts < 0:  # torch's agent would divide by zero after the ranks ran
-        raise ConfigError(f"--max-restarts={max_restarts} must be 0 or more. HINT: --max-restarts 0.")
+    check_run_options(launch_plan.argv[1], None, max_restarts)  # also for callers of execute() from Python
     if "OMP_NUM_THREADS" not in environ:
         # Like torchrun: N ranks each spawning one thread per core oversubscribe the machine.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch_plan.nproc))
