@@ -1,4 +1,4 @@
-"""The namespace handshake under torchrun (torchslurm.handshake) at many ranks.
+"""The namespace handshake under torchrun (torchslurm.runtime.handshake) at many ranks.
 
 Every rank of a torchrun round asks rank 0 for the round's store namespace before the process
 group forms. This starts a real TCPStore server (as torchrun's agent hosts it) and N ranks as
@@ -24,7 +24,7 @@ def one_round(world_size: int, timeout_s: float) -> float:
     """Seconds until every rank of a fresh store has agreed on a namespace."""
     from torch.distributed import TCPStore
 
-    from torchslurm.handshake import agree_namespace
+    from torchslurm.runtime.handshake import agree_namespace
 
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True)
     # Connected beforehand and in parallel: one client connects in about 0.2 s here.

@@ -38,8 +38,8 @@ def hand_written_epoch(ctx: Any, train: Any, batch_size: int, epoch: int, metric
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from torchslurm.models import SimpleConvNet
-    from torchslurm.trainer import seed_everything
+    from torchslurm.train.models import SimpleConvNet
+    from torchslurm.train.trainer import seed_everything
 
     seed_everything(0)
     model = DistributedDataParallel(SimpleConvNet(8))
@@ -70,8 +70,8 @@ def trainer_epoch(ctx: Any, train: Any, val: Any, batch_size: int, epoch: int, t
     """One epoch of the torchslurm Trainer; its own measurement of the epoch's training loop."""
     import torch
 
-    from torchslurm.models import SimpleConvNet
-    from torchslurm.trainer import TrainConfig, Trainer, seed_everything
+    from torchslurm.train.models import SimpleConvNet
+    from torchslurm.train.trainer import TrainConfig, Trainer, seed_everything
 
     run_dir = tmp / f"round{epoch}"
     cfg = TrainConfig(epochs=1, batch_size=batch_size, lr=0.05, run_dir=run_dir, resume="never", log_every=0,
@@ -90,7 +90,7 @@ def rank_main(rounds: int, batch_size: int) -> None:
     from torch.utils.data import DistributedSampler
 
     import torchslurm
-    from torchslurm import data
+    from torchslurm.train import data
 
     with torchslurm.init(backend="gloo") as ctx, tempfile.TemporaryDirectory() as tmp_name:
         train, val = data.digits()

@@ -13,8 +13,8 @@ import importlib.util
 import logging
 import sys
 
-from torchslurm import config
 from torchslurm.errors import TorchSlurmError
+from torchslurm.train import config
 
 
 def main() -> int:
@@ -31,8 +31,8 @@ def main() -> int:
     import torch
 
     import torchslurm
-    from torchslurm import data, models
-    from torchslurm.trainer import Trainer, seed_everything
+    from torchslurm.train import data, models
+    from torchslurm.train.trainer import Trainer, seed_everything
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with torchslurm.init() as ctx:

@@ -15,10 +15,10 @@ import sys
 import torch
 
 import torchslurm
-from torchslurm import config, data
 from torchslurm.errors import TorchSlurmError
-from torchslurm.models import SimpleModel
-from torchslurm.trainer import Trainer, seed_everything
+from torchslurm.train import config, data
+from torchslurm.train.models import SimpleModel
+from torchslurm.train.trainer import Trainer, seed_everything
 
 
 def main() -> int:

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from torchslurm._version import __version__
 
 if TYPE_CHECKING:
-    from torchslurm.distributed import DistContext, init, shutdown
-    from torchslurm.job import Job, submit
-    from torchslurm.jobspec import JobSpec
-    from torchslurm.trainer import TrainConfig, Trainer, seed_everything
+    from torchslurm.jobs.spec import JobSpec
+    from torchslurm.jobs.submit import Job, submit
+    from torchslurm.runtime.distributed import DistContext, init, shutdown
+    from torchslurm.train.trainer import TrainConfig, Trainer, seed_everything
 
 __all__ = ["DistContext", "Job", "JobSpec", "TrainConfig", "Trainer", "__version__", "init", "seed_everything",
            "shutdown", "submit"]
 
-_LAZY = {"init": "torchslurm.distributed", "shutdown": "torchslurm.distributed",
-         "DistContext": "torchslurm.distributed",
-         "submit": "torchslurm.job", "Job": "torchslurm.job", "JobSpec": "torchslurm.jobspec",
-         "Trainer": "torchslurm.trainer", "TrainConfig": "torchslurm.config",
-         "seed_everything": "torchslurm.trainer"}
+_LAZY = {"init": "torchslurm.runtime.distributed", "shutdown": "torchslurm.runtime.distributed",
+         "DistContext": "torchslurm.runtime.distributed",
+         "submit": "torchslurm.jobs.submit", "Job": "torchslurm.jobs.submit", "JobSpec": "torchslurm.jobs.spec",
+         "Trainer": "torchslurm.train.trainer", "TrainConfig": "torchslurm.train.config",
+         "seed_everything": "torchslurm.train.trainer"}
 
 
 def __getattr__(name: str) -> Any:

@@ -40,8 +40,8 @@ from typing import Any
 
 import pytest
 
-from torchslurm import sandbox
-from torchslurm.sandbox_config import BRIDGE, SandboxConfig
+from torchslurm.sandbox import cluster as sandbox
+from torchslurm.sandbox.config import BRIDGE, SandboxConfig
 
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
                 "DEADLINE", "PREEMPTED", "SPECIAL_EXIT"}

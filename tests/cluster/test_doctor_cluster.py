@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from torchslurm.sandbox_config import nic_name
+from torchslurm.sandbox.config import nic_name
 
 if TYPE_CHECKING:
     from conftest import Cluster

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from torchslurm.job import submit
-from torchslurm.jobspec import JobSpec
-from torchslurm.slurm import SQUEUE_FORMAT, SlurmClient, parse_scontrol, parse_squeue, status_from_scontrol
+from torchslurm.jobs.slurm import SQUEUE_FORMAT, SlurmClient, parse_scontrol, parse_squeue, status_from_scontrol
+from torchslurm.jobs.spec import JobSpec
+from torchslurm.jobs.submit import submit
 
 if TYPE_CHECKING:
     from conftest import Cluster

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from torchslurm import checkpoint
-from torchslurm.jobspec import JobSpec
-from torchslurm.sandbox_config import veth_name
-from torchslurm.sbatch import render
-from torchslurm.watchdog import EXIT_DEADLINE_S
+from torchslurm.jobs.sbatch import render
+from torchslurm.jobs.spec import JobSpec
+from torchslurm.sandbox.config import veth_name
+from torchslurm.train import checkpoint
+from torchslurm.train.watchdog import EXIT_DEADLINE_S
 
 if TYPE_CHECKING:
     from conftest import Cluster

@@ -3,7 +3,7 @@
 once, 4 nodes. Every rank prints one JSON line (tests/cluster/jobs/*.py); the tests read them.
 
 Re-record the Slurm GPU environments in tests/fixtures/slurm_env/ (read by the unit tests of
-torchslurm.devices) with: TORCHSLURM_RECORD_SLURM_ENV=1 pytest tests/cluster/test_runtime_e2e.py -k gpu
+torchslurm.runtime.devices) with: TORCHSLURM_RECORD_SLURM_ENV=1 pytest tests/cluster/test_runtime_e2e.py -k gpu
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from torchslurm.sandbox_config import nic_name, node_addr
+from torchslurm.sandbox.config import nic_name, node_addr
 
 if TYPE_CHECKING:
     from conftest import Cluster

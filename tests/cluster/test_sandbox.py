@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from torchslurm import sandbox
+from torchslurm.sandbox import cluster as sandbox
 
 if TYPE_CHECKING:
     from conftest import Cluster

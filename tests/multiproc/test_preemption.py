@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchslurm import checkpoint
-from torchslurm.preemption import PREEMPTED_EXIT_CODE
+from torchslurm.train import checkpoint
+from torchslurm.train.preemption import PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.multiproc
 

@@ -40,9 +40,9 @@ def _launch(nproc: int, mode: str, out: Path) -> dict[str, Any]:
 def _parts(run_dir: Path, seed: int = 0, **overrides: Any) -> tuple[Any, ...]:
     import torch
 
-    from torchslurm import data
-    from torchslurm.models import SimpleConvNet
-    from torchslurm.trainer import TrainConfig, seed_everything
+    from torchslurm.train import data
+    from torchslurm.train.models import SimpleConvNet
+    from torchslurm.train.trainer import TrainConfig, seed_everything
 
     cfg = TrainConfig(**{"epochs": 3, "batch_size": 32, "lr": 0.05, "run_dir": run_dir, "log_every": 10,
                          "seed": seed, **overrides})
@@ -54,7 +54,7 @@ def _parts(run_dir: Path, seed: int = 0, **overrides: Any) -> tuple[Any, ...]:
 
 
 def _fit(ctx: Any, run_dir: Path, stop_at: int | None = None, **overrides: Any) -> tuple[Any, Any]:
-    from torchslurm.trainer import Trainer
+    from torchslurm.train.trainer import Trainer
 
     model, optimizer, loss_fn, train, val, cfg = _parts(run_dir, **overrides)
     trainer = Trainer(model, optimizer, loss_fn, train, val, cfg, ctx=ctx)
@@ -121,7 +121,7 @@ def _metrics_worker(ctx: Any, out: Path) -> dict[str, Any]:
 
     model, optimizer, loss_fn, train, val, cfg = _parts(out / "metrics")
     model.load_state_dict(torch.load(out / "weights.pt", weights_only=True))
-    from torchslurm.trainer import Trainer
+    from torchslurm.train.trainer import Trainer
 
     totals = Trainer(model, optimizer, loss_fn, train, val, cfg, ctx=ctx).evaluate()
     return {"loss_sum": totals.loss_sum, "correct": totals.correct, "count": totals.count}
@@ -164,7 +164,7 @@ def test_resume_fallback_and_determinism_with_two_ranks(tmp_path: Path) -> None:
 
 
 def test_resume_with_changed_batch_size_restarts_the_epoch(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from torchslurm.trainer import Trainer
+    from torchslurm.train.trainer import Trainer
 
     model, optimizer, loss_fn, train, val, cfg = _parts(tmp_path, epochs=2, checkpoint_every_steps=10,
                                                         batch_size=64, log_every=0)
@@ -183,7 +183,7 @@ def test_resume_with_changed_batch_size_restarts_the_epoch(tmp_path: Path, caplo
 def test_validation_metrics_equal_one_process(tmp_path: Path, nproc: int) -> None:
     import torch
 
-    from torchslurm.trainer import Trainer
+    from torchslurm.train.trainer import Trainer
 
     model, optimizer, loss_fn, train, val, cfg = _parts(tmp_path / "single", epochs=1, log_every=0)
     assert len(val) % nproc != 0, "the point: DistributedSampler would pad this dataset"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchslurm import checkpoint
+from torchslurm.train import checkpoint
 
 pytestmark = pytest.mark.multiproc
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchslurm import checkpoint, data
+from torchslurm.train import checkpoint, data
 
 pytestmark = pytest.mark.multiproc
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from torchslurm import data
-from torchslurm.config import TrainConfig
 from torchslurm.errors import CheckpointError, ConfigError
-from torchslurm.models import SimpleConvNet
-from torchslurm.trainer import Trainer, seed_everything
+from torchslurm.train import data
+from torchslurm.train.config import TrainConfig
+from torchslurm.train.models import SimpleConvNet
+from torchslurm.train.trainer import Trainer, seed_everything
 
 pytestmark = pytest.mark.multiproc
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from torchslurm import jobspec
 from torchslurm.configfile import load_yaml
-from torchslurm.sbatch import render
+from torchslurm.jobs import spec as jobspec
+from torchslurm.jobs.sbatch import render
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("1:00:00", 3600), ("30:00", 1800), ("1-12:00:00", 129600)])

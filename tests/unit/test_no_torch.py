@@ -10,14 +10,15 @@ import pytest
 
 WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 
-# Modules and commands that must work without torch.
-TORCH_FREE_MODULES = ["torchslurm", "torchslurm.errors", "torchslurm.hostlist", "torchslurm.distenv",
-                      "torchslurm.launch", "torchslurm.cli",
-                      "torchslurm.jobspec", "torchslurm.sbatch", "torchslurm.lint", "torchslurm.lint_launch",
-                      "torchslurm.lint_options", "torchslurm.lint_parse", "torchslurm.slurm",
-                      "torchslurm.job", "torchslurm.configfile", "torchslurm.config", "torchslurm.findings",
-                      "torchslurm.requeue", "torchslurm.doctor", "torchslurm.facts", "torchslurm.netcheck",
-                      "torchslurm.probe"]
+SRC = Path(__file__).parents[2] / "src"
+# Modules that train, and so import torch at the top; every other module must import without it.
+TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "torchslurm.train.checkpoint",
+                 "torchslurm.train.metrics", "torchslurm.train.data", "torchslurm.train.models",
+                 "torchslurm.train.watchdog", "torchslurm.doctor.bench"}
+TORCH_FREE_MODULES = sorted(
+    name for name in (".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+                      for path in (SRC / "torchslurm").rglob("*.py"))
+    if name not in TORCH_MODULES and not name.endswith("__main__"))
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"]]
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import Any, NoReturn
 
-from torchslurm import __version__
+from torchslurm._version import __version__
 from torchslurm.errors import TorchSlurmError
 
 # Subcommand modules, in the order `--help` lists them.

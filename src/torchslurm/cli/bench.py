@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from torchslurm.bench import DEFAULT_SIZES, OPS, BenchConfig, parse_sizes
+from torchslurm.doctor.bench import DEFAULT_SIZES, OPS, BenchConfig, parse_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +52,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm import launch
     from torchslurm.cli.run import _cuda_device_count
+    from torchslurm.runtime import launch
 
     config_from(args)  # fail here, not in N ranks
     if args.json is not None:
@@ -102,7 +102,7 @@ def _write_json(path: Path, text: str) -> int:
 def rank_main(argv: Sequence[str] | None = None) -> int:
     """The program of each rank: init, time the collectives, rank 0 prints the table."""
     import torchslurm
-    from torchslurm import bench
+    from torchslurm.doctor import bench
     from torchslurm.errors import TorchSlurmError
 
     parser = argparse.ArgumentParser(prog="torchslurm bench (rank)")

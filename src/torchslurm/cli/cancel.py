@@ -38,7 +38,7 @@ def check_signal(text: str) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.slurm import SlurmClient
+    from torchslurm.jobs.slurm import SlurmClient
 
     signal = None if args.signal is None else check_signal(args.signal)
     SlurmClient().cancel(args.job, signal=signal)

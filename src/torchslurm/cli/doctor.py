@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from torchslurm.facts import Report
+    from torchslurm.doctor.facts import Report
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm import distenv
+    from torchslurm.runtime import distenv
 
     check_options(args)  # one error per mistake, before any rank starts
     # --nproc implies --ranks: asking for N ranks means wanting the checks in N ranks (as `run --nproc` does).
@@ -85,7 +85,7 @@ def check_ranks(args: argparse.Namespace) -> int:
     The ranks exit 0 once they have reported, and the verdict is made here: under torchrun or
     `srun --kill-on-bad-exit` a rank that exits 1 gets the others killed before they print.
     """
-    from torchslurm.doctor import missing_ranks
+    from torchslurm.doctor.checks import missing_ranks
 
     rank_args = [*(["--connect"] if args.connect else []), "--timeout", str(args.timeout),
                  *(["--backend", args.backend] if args.backend else [])]
@@ -136,7 +136,7 @@ def reports_from_parts(lines: Sequence[str]) -> tuple[list[Report], int]:
     """The inverse of `report_parts` over every process's lines, in any order (a prefix such as srun's
     `--label` is skipped): the reports sorted by rank, and how many senders' parts were incomplete
     or unreadable."""
-    from torchslurm.facts import Report
+    from torchslurm.doctor.facts import Report
 
     parts: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
@@ -180,7 +180,8 @@ def check_here(args: argparse.Namespace) -> int:
 
 
 def examine(args: argparse.Namespace) -> Report:
-    from torchslurm import doctor, probe
+    from torchslurm.doctor import checks as doctor
+    from torchslurm.doctor import probe
 
     facts = probe.gather(os.environ)
     checks = doctor.run_checks(facts, args.backend)

@@ -57,7 +57,7 @@ def _shown(path: Path | None) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.lint import lint
+    from torchslurm.lint.checks import lint
 
     worst = 0
     for path in args.scripts:

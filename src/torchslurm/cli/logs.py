@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def handle(args: argparse.Namespace) -> int:
     from torchslurm.errors import SlurmError
-    from torchslurm.job import Job
+    from torchslurm.jobs.submit import Job
 
     job = Job(args.job)
     if not args.follow:

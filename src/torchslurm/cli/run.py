@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm import launch
+    from torchslurm.runtime import launch
 
     launch.check_run_options(args.script, args.nproc, args.max_restarts)  # before anything starts, --dry-run too
     plan = launch.plan(os.environ, args.script, args.args, args.nproc, sys.executable, _cuda_device_count())

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from torchslurm import sandbox
-from torchslurm.sandbox_config import DEFAULT_LAB_DIR
+from torchslurm.sandbox import cluster as sandbox
+from torchslurm.sandbox.config import DEFAULT_LAB_DIR
 
 
 def register(subparsers: Any) -> None:

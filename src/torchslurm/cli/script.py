@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from torchslurm import jobspec
 from torchslurm.errors import ConfigError
-from torchslurm.findings import Finding, validate
-from torchslurm.jobspec import JobSpec
+from torchslurm.jobs import spec as jobspec
+from torchslurm.jobs.findings import Finding, validate
+from torchslurm.jobs.spec import JobSpec
 
 # Spec fields with a fixed set of values, listed in --help (`--launch {srun,torchrun}`).
 CHOICES = {"launch": jobspec.LAUNCH_MODES, "backend": jobspec.BACKENDS, "gpu_flag": jobspec.GPU_FLAGS,
@@ -200,10 +200,10 @@ def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | No
                 submitting: bool = False) -> list[Finding]:
     """validate()'s findings, an error for each Slurm flag given after the script, bash's verdict
     on the rendered script (a --setup line with an unbalanced quote), and the files the job needs."""
-    from torchslurm.sbatch import render
+    from torchslurm.jobs.sbatch import render
 
     misplaced = misplaced_flags(args.script, args.args) if args.script else []
-    from torchslurm.job import script_missing
+    from torchslurm.jobs.submit import script_missing
 
     local = script_missing(spec, Path.cwd(), submitting) + preemption_findings(spec, args)
     if not submitting:  # submit creates the log directories instead (job.prepare)
@@ -272,7 +272,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.sbatch import render
+    from torchslurm.jobs.sbatch import render
 
     spec = spec_from_args(args)
     code = report(findings_of(spec, args, args.slurm_version), args.force)

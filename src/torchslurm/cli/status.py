@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.slurm import SlurmClient
+    from torchslurm.jobs.slurm import SlurmClient
 
     client = SlurmClient()
     if args.job is None:

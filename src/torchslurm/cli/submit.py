@@ -20,8 +20,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.job import submit
-    from torchslurm.slurm import SlurmClient
+    from torchslurm.jobs.slurm import SlurmClient
+    from torchslurm.jobs.submit import submit
 
     spec = spec_from_args(args)
     # the GPU flag check needs the Slurm version; here Slurm is at hand, so ask it

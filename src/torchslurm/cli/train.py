@@ -31,15 +31,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--nproc", type=int, default=None, metavar="N",
                         help="ranks on this machine (per node inside an allocation); default 2 on CPU")
     parser.add_argument("--dry-run", action="store_true", help="print the settings and the launch, then exit")
-    from torchslurm import config
+    from torchslurm.train import config
 
     config.add_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm import config, launch
     from torchslurm.cli.run import _cuda_device_count
+    from torchslurm.runtime import launch
+    from torchslurm.train import config
 
     example, cfg = config.from_arguments(args, DEFAULTS)  # fail here, not in N ranks
     cuda_devices = _cuda_device_count()
@@ -84,9 +85,9 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     import torchslurm
-    from torchslurm import config, data, models
     from torchslurm.errors import ConfigError, TorchSlurmError
-    from torchslurm.trainer import Trainer, seed_everything
+    from torchslurm.train import config, data, models
+    from torchslurm.train.trainer import Trainer, seed_everything
 
     parser = argparse.ArgumentParser(prog="torchslurm train (rank)")
     config.add_arguments(parser)

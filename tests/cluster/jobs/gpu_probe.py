@@ -7,8 +7,8 @@ import os
 import socket
 from pathlib import Path
 
-from torchslurm import devices
-from torchslurm.distenv import detect
+from torchslurm.runtime import devices
+from torchslurm.runtime.distenv import detect
 
 env = detect(os.environ)
 visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 import torchslurm
-from torchslurm import config, data, models
-from torchslurm.trainer import Trainer, seed_everything
+from torchslurm.train import config, data, models
+from torchslurm.train.trainer import Trainer, seed_everything
 
 DEFAULTS = {"epochs": 2, "batch_size": 32, "lr": 0.05, "log_every": 10}
 

@@ -4,7 +4,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 import torchslurm
-from torchslurm.models import SimpleConvNet
+from torchslurm.train.models import SimpleConvNet
 
 
 def evaluate_once() -> float:

@@ -11,7 +11,7 @@ key=value arguments (all optional but run_dir):
   ballast_mb=N        — a frozen parameter of N MiB: makes checkpoints large (kill -9 mid-save);
   step_sleep=S        — sleep S seconds per step (gives tests time to act mid-training);
   timeout_s=S         — the process group timeout (torchslurm.init), the bound on a hang.
-A peer failure ends every rank with one root-cause message (torchslurm.watchdog); then
+A peer failure ends every rank with one root-cause message (torchslurm.train.watchdog); then
 local rank 0 of each node requeues the job (within TORCHSLURM_MAX_REQUEUES; under torchrun only
 once the agents have no restarts left: until then they restart the workers, which resume).
 Writes DIR/pids/rank<R>.pid at start and, after an uninterrupted finish, DIR/final.pt (rank 0).
@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 import torchslurm
-from torchslurm import data, preemption, requeue, watchdog
 from torchslurm.errors import TorchSlurmError
-from torchslurm.trainer import TrainConfig, Trainer
+from torchslurm.train import data, preemption, requeue, watchdog
+from torchslurm.train.trainer import TrainConfig, Trainer
 
 
 class Model(nn.Module):

@@ -1,0 +1,167 @@
+"""What `torchslurm doctor` reads and says: the recorded `Facts`, one `Check` per finding, a `Report`
+per process, and the placement helpers every check shares. Pure: torchslurm.doctor.probe records the facts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from torchslurm import hostlist
+from torchslurm.errors import EnvError, TorchSlurmError
+from torchslurm.runtime import distenv
+from torchslurm.runtime.netif import IfAddr
+
+Status = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding."""
+
+    name: str
+    """What was checked: placement, torch, gpus, backend, master_addr, master_port, ... ."""
+    status: Status
+    """ok, warn (legal but probably not what you want) or fail (training will not work)."""
+    detail: str
+    """What was found, naming the variables and their values."""
+    hint: str = ""
+    """The fix, when status is not ok."""
+    value: str = ""
+    """The short answer for scripts (launcher, device, interface name, version), may be empty."""
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    """What the installed torch offers."""
+
+    version: str
+    """torch.__version__."""
+    cuda: str | None
+    """torch.version.cuda; None for a CPU-only build."""
+    cuda_device_count: int
+    """torch.cuda.device_count() in this process."""
+    nccl: str | None
+    """NCCL version torch was built with; None without NCCL."""
+    gloo: bool
+    """torch.distributed has the Gloo backend."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the checks look at, recorded once by `torchslurm.doctor.probe.gather()` (tests build it by hand)."""
+
+    environ: Mapping[str, str]
+    """The process environment."""
+    hostname: str = "localhost"
+    """socket.gethostname()."""
+    torch: TorchFacts | None = None
+    """None when torch cannot be imported."""
+    torch_error: str = ""
+    """Why torch could not be imported."""
+    interfaces: tuple[IfAddr, ...] = ()
+    """This host's UP interfaces and addresses."""
+    master_ips: tuple[str, ...] = ()
+    """What the master's name resolves to here (empty when it does not)."""
+    resolve_error: str = ""
+    """The resolver's complaint when the master's name does not resolve."""
+    source: str | None = None
+    """The local address the kernel would use to reach the master; None when unroutable."""
+    own_addresses: tuple[str, ...] = ()
+    """What this host's own name resolves to."""
+    first_node_ips: tuple[str, ...] = ()
+    """What the first node of the Slurm step (where rank 0 runs) resolves to; empty outside Slurm."""
+    infiniband: tuple[str, ...] = ()
+    """InfiniBand devices of this host (/sys/class/infiniband)."""
+    commands: Mapping[str, str | None] = field(default_factory=dict)
+    """Slurm client command → its path on PATH, or None."""
+    controller: tuple[int, str] | None = None
+    """`scontrol ping`'s exit code and output (stdout, then stderr); None when not asked (no
+    scontrol on PATH, or not the first rank of its node: one ping per node)."""
+    python: str = ""
+    """sys.executable."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """The doctor's findings for one process."""
+
+    host: str
+    rank: int | None
+    world_size: int | None
+    launcher: str | None
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(check.status == "fail" for check in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "rank": self.rank, "world_size": self.world_size, "launcher": self.launcher,
+                "ok": not self.failed, "checks": [asdict(check) for check in self.checks]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        """The inverse of `to_json` (a rank's line read back by `doctor --ranks`); KeyError/TypeError if not one."""
+        checks = tuple(Check(c["name"], c["status"], c["detail"], c.get("hint", ""), c.get("value", ""))
+                       for c in data["checks"])
+        return cls(str(data["host"]), data["rank"], data["world_size"], data["launcher"], checks)
+
+
+def placement(environ: Mapping[str, str]) -> distenv.DistEnv | None:
+    """The runtime's placement decision, or None when the environment contradicts itself."""
+    try:
+        return distenv.detect(environ, free_port=lambda: 0)
+    except EnvError:
+        return None
+
+
+def master_name(env: distenv.DistEnv, environ: Mapping[str, str]) -> str:
+    """The master the job's ranks will use. In a batch shell that is not the shell's own
+    127.0.0.1 but the first node of the job: where `srun`/`torchslurm run` put rank 0."""
+    if env.launcher == "batch" and not environ.get("MASTER_ADDR"):
+        return first_node(env, environ) or env.master_addr
+    return env.master_addr
+
+
+def first_node(env: distenv.DistEnv, environ: Mapping[str, str]) -> str | None:
+    """Where srun puts rank 0: the first node of the step (an srun task) or of the job (a batch shell)."""
+    if env.launcher not in ("srun", "batch"):
+        return None
+    names = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST") if env.launcher == "srun" else ("SLURM_JOB_NODELIST",)
+    nodes = next((environ[n] for n in names if environ.get(n)), None)
+    try:
+        return hostlist.expand(nodes)[0] if nodes else None
+    except TorchSlurmError:
+        return None
+
+
+def num_nodes(env: distenv.DistEnv, environ: Mapping[str, str]) -> int:
+    if env.launcher == "batch":
+        value = environ.get("SLURM_NNODES", environ.get("SLURM_JOB_NUM_NODES", "1"))
+        return int(value) if value.isdigit() else 1
+    return env.num_nodes
+
+
+def requested_backend(facts: Facts, requested: str | None) -> tuple[str | None, str]:
+    """(backend asked for, where it was asked): --backend wins over TORCHSLURM_BACKEND, as in init()."""
+    if requested:
+        return requested, f"--backend {requested}"
+    value = facts.environ.get("TORCHSLURM_BACKEND")
+    return (value, f"TORCHSLURM_BACKEND={value}") if value else (None, "")
+
+
+def split_hint(message: str) -> tuple[str, str]:
+    detail, _, hint = message.partition("HINT:")
+    return detail.strip(), hint.strip()
+
+
+def from_error(name: str, exc: TorchSlurmError, value: str = "") -> Check:
+    """A failed check from a runtime error: its message up to HINT: as the detail, the rest as the hint."""
+    detail, hint = split_hint(str(exc))
+    return Check(name, "fail", detail, hint, value)
+
+
+def skipped(name: str) -> Check:
+    return Check(name, "warn", "not checked: the placement is inconsistent (see placement).",
+                 "fix the placement failure first.")

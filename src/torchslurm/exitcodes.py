@@ -1,0 +1,7 @@
+"""Exit codes that launchers, rendered job scripts and ranks agree on. A leaf: imports nothing."""
+
+PREEMPTED_EXIT_CODE = 75
+"""Exit code of every rank after a stop on request (sysexits' EX_TEMPFAIL: try again later)."""
+
+USAGE_EXIT_CODE = 2
+"""A configuration or usage error (argparse's code too)."""

@@ -1,0 +1,2 @@
+"""Jobs on a login node, without torch: a JobSpec (`spec`), its findings, the rendered sbatch
+script (`sbatch`), the one seam that runs Slurm commands (`slurm`) and submission (`submit`)."""

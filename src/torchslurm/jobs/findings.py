@@ -1,0 +1,141 @@
+"""Finding + validate(spec): job specs that are legal but likely wrong, each with a HINT.
+
+`JobSpec.__post_init__` (jobspec.py) already refused what can never work; here are the
+combinations that Slurm would accept and the job would then get wrong (seed 003's ntasks vs
+GPUs mismatches), plus the effective batch size summary. `lint` reports its findings about
+hand-written scripts with the same `Finding`. Pure: the Slurm version is passed in as data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from torchslurm.jobs.spec import JobSpec, parse_slurm_version
+
+Severity = Literal["error", "warning", "info"]
+# `--gpus-per-node` arrived with cons_tres in Slurm 19.05; older versions only know `--gres=gpu:N`.
+GPUS_PER_NODE_SINCE = (19, 5)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or summary) about a job: what, why, and the fix."""
+
+    severity: Severity
+    code: str
+    message: str
+    hint: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: [{self.code}] {self.message} HINT: {self.hint}"
+
+
+def validate(spec: JobSpec, slurm_version: str | tuple[int, int] | None = None) -> list[Finding]:
+    """Every likely mistake in `spec`, errors first. Pure: the Slurm version is passed in as data."""
+    version = parse_slurm_version(slurm_version) if isinstance(slurm_version, str) else slurm_version
+    findings = [*_check_layout(spec), *_check_backend(spec), *_check_preemption(spec),
+                *_check_gpu_flag(spec, version), *_summaries(spec)]
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: order[f.severity])
+
+
+def _check_layout(spec: JobSpec) -> list[Finding]:
+    out: list[Finding] = []
+    g, tasks = spec.gpus_per_node, spec.slurm_tasks_per_node
+    if spec.launch == "srun" and g > 0 and tasks != g:
+        out.append(Finding(
+            "error", "tasks-vs-gpus",
+            f"launch=srun runs one rank per Slurm task, but tasks_per_node={tasks} and gpus_per_node={g}.",
+            f"set tasks_per_node: {g}, or use launch: torchrun with tasks_per_node: 1."))
+    if spec.launch == "torchrun" and tasks != 1:
+        out.append(Finding(
+            "error", "torchrun-tasks",
+            f"launch=torchrun with tasks_per_node={tasks}: every task would start its own torchrun agent "
+            "and the ranks would be counted several times.",
+            "set tasks_per_node: 1 (torchrun starts nproc_per_node workers itself)."))
+    if spec.launch == "torchrun" and g > 0 and spec.ranks_per_node != g:
+        out.append(Finding(
+            "error", "nproc-vs-gpus",
+            f"launch=torchrun with nproc_per_node={spec.ranks_per_node} but gpus_per_node={g}.",
+            f"set nproc_per_node: {g} (one worker per GPU)."))
+    if spec.launch == "torchrun" and spec.ranks_per_node > 1 and spec.cpus_per_task is None:
+        out.append(Finding(
+            "warning", "torchrun-cpus",
+            f"launch=torchrun runs {spec.ranks_per_node} workers inside one Slurm task, which gets 1 CPU "
+            "unless cpus_per_task is set.",
+            f"set cpus_per_task: {spec.ranks_per_node} (or more, for data loading workers)."))
+    return out
+
+
+def _check_backend(spec: JobSpec) -> list[Finding]:
+    out: list[Finding] = []
+    if spec.gpus_per_node == 0 and spec.backend == "nccl":
+        out.append(Finding("error", "nccl-without-gpu",
+                           "backend=nccl but gpus_per_node=0: NCCL needs CUDA GPUs.",
+                           "use backend: gloo (or auto) for a CPU job, or request GPUs with gpus_per_node."))
+    if spec.gpus_per_node > 0 and spec.backend == "gloo":
+        out.append(Finding("warning", "gloo-with-gpu",
+                           f"backend=gloo with gpus_per_node={spec.gpus_per_node}: gradients go through CPU "
+                           "memory, much slower than NCCL.", "use backend: auto (NCCL on GPUs)."))
+    if spec.nic is not None:
+        out.append(Finding("warning", "nic-override",
+                           f"nic={spec.nic!r} sets the same interface name on every node; nodes with other "
+                           "NIC names fail with `Unable to find address for`.",
+                           "leave nic unset: torchslurm picks the interface reaching the master per node."))
+    return out
+
+
+def _check_preemption(spec: JobSpec) -> list[Finding]:
+    if not spec.preemptible:
+        return []
+    out: list[Finding] = []
+    limit = spec.time_s
+    if limit is not None and limit > 0 and spec.grace_s >= limit:
+        out.append(Finding("error", "grace-vs-time",
+                           f"grace_s={spec.grace_s} is not shorter than time={spec.time!r} ({limit} s): "
+                           "the warning signal would come before the job starts working.",
+                           f"set grace_s below {limit} (e.g. {max(limit // 10, 1)}), or a longer time."))
+    if limit is None:
+        out.append(Finding("warning", "signal-without-time",
+                           "preemptible without a time limit: Slurm sends the warning signal only before "
+                           "the time limit, so only scancel/preemption will stop the job cleanly.",
+                           "set time (e.g. time: 4:00:00)."))
+    if not spec.requeue:
+        out.append(Finding("warning", "no-requeue",
+                           "preemptible with requeue=false: after the checkpoint the job ends instead of "
+                           "continuing.", "set requeue: true."))
+    if spec.grace_s < 60:
+        out.append(Finding("warning", "short-grace",
+                           f"grace_s={spec.grace_s}: Slurm's signal timer has a 60 s resolution, and the "
+                           "checkpoint must fit in the remaining time.", "set grace_s to 60 or more."))
+    return out
+
+
+def _check_gpu_flag(spec: JobSpec, version: tuple[int, int] | None) -> list[Finding]:
+    if spec.gpus_per_node == 0 or version is None:
+        return []
+    vtext = f"{version[0]}.{version[1]:02d}"
+    if spec.gpu_flag == "gpus-per-node" and version < GPUS_PER_NODE_SINCE:
+        return [Finding("error", "gpu-flag",
+                        f"gpu_flag=gpus-per-node but Slurm {vtext} predates --gpus-per-node (19.05).",
+                        "set gpu_flag: gres (renders --gres=gpu:N).")]
+    if spec.gpu_flag == "gres" and version >= GPUS_PER_NODE_SINCE:
+        return [Finding("info", "gpu-flag",
+                        f"gpu_flag=gres on Slurm {vtext}: --gres=gpu:N works, --gpus-per-node also does and "
+                        "sets SLURM_GPUS_PER_NODE.", "keep it, or set gpu_flag: gpus-per-node.")]
+    return []
+
+
+def _summaries(spec: JobSpec) -> list[Finding]:
+    if spec.batch_size is None:
+        return []
+    world = spec.world_size
+    text = (f"effective batch size = {spec.batch_size} per rank x {world} ranks = {spec.batch_size * world}"
+            f" ({spec.nodes} node(s) x {spec.ranks_per_node} rank(s))")
+    hint = "gradients are averaged over all ranks, so each step sees the effective batch."
+    if spec.lr is not None:
+        text += f"; lr={spec.lr:g} was tuned for which batch size?"
+        hint = (f"linear scaling from a single rank gives lr={spec.lr * world:g} "
+                f"(square-root scaling: {spec.lr * world ** 0.5:g}); warm up when scaling by a lot.")
+    return [Finding("info", "effective-batch", text if text.endswith("?") else text + ".", hint)]

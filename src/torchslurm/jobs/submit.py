@@ -1,0 +1,174 @@
+"""Python API: `torchslurm.submit(spec) -> Job` with .id, .status(), .wait(), .logs(), .cancel().
+
+Effects only through a SlurmClient (the seam) and the run directory; no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchslurm.errors import ConfigError, SlurmError
+from torchslurm.jobs.findings import Finding, validate
+from torchslurm.jobs.sbatch import render
+from torchslurm.jobs.slurm import JobStatus, SlurmClient
+from torchslurm.jobs.spec import JobSpec
+from torchslurm.runtime.launch import script_problem
+
+logger = logging.getLogger(__name__)
+
+
+def prepare(spec: JobSpec, run_dir: Path) -> tuple[JobSpec, Path]:
+    """Put relative log patterns into `run_dir`, write the script there; (spec used, script path)."""
+    run_dir = run_dir.resolve()
+    changes: dict[str, str] = {}
+    for name in ("output", "error"):
+        value = getattr(spec, name)
+        if value is not None and not value.startswith("/"):
+            changes[name] = str(run_dir / value)
+    spec = dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
+    for name in ("output", "error"):
+        value = getattr(spec, name)
+        if value is not None:
+            _make_log_directory(name, value, spec.name)
+    script = run_dir / f"{spec.name}.sbatch"
+    script.write_text(render(spec))
+    return spec, script
+
+
+def _make_log_directory(name: str, pattern: str, job_name: str) -> None:
+    """Create the folder of a log file pattern: Slurm does not, and a job whose log folder is missing
+    fails before printing anything. %x (the job name) and %u (the user) are known before submission;
+    the other placeholders (%j, %A, %N, ...) are not, so they cannot name a folder made beforehand."""
+    escaped = "\0"  # stands for a literal %% while the placeholders are read
+    folder = str(Path(pattern).parent).replace("%%", escaped).replace("%x", job_name)
+    folder = folder.replace("%u", getpass.getuser())
+    if "%" in folder:
+        raise ConfigError(f"{name}={pattern}: its folder holds a placeholder known only once the job runs, and "
+                          "Slurm does not create folders. HINT: keep %j and the like in the file name, e.g. "
+                          f"{name}=logs/%x-%j.out.")
+    folder = folder.replace(escaped, "%")
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{name}={pattern}: cannot create {folder}/ ({exc.strerror}); Slurm does not create it "
+                          "and the job would fail before printing anything. HINT: give a folder you can write, "
+                          f"e.g. {name}=logs/%x-%j.out (placed in the run directory).") from exc
+
+
+def script_missing(spec: JobSpec, cwd: Path, submitting: bool) -> list[Finding]:
+    """The training script, looked up where the job will run it: sbatch starts the job in the
+    directory it was called from (the spec has no working directory of its own).
+
+    An error for `submit` (the job would wait in the queue, then fail at once); a warning for
+    `script`, which only prints, maybe for another machine. A file that exists only on the compute
+    nodes is still possible: --force submits anyway.
+    """
+    path = cwd / spec.script
+    if script_problem(str(path)) is None:  # what `torchslurm run` accepts: a file, or a folder with __main__.py
+        return []
+    what = "is a directory" if path.is_dir() else "does not exist"
+    if submitting:
+        return [Finding("error", "script-missing",
+                        f"script {spec.script!r} {what}: checked {path}; the job would wait in the queue and "
+                        "then fail.",
+                        f"give the training script's path (relative paths are taken from {cwd}, where the job "
+                        "runs); if it exists only on the compute nodes, pass --force (force=True from Python)")]
+    return [Finding("warning", "script-missing", f"script {spec.script!r} {what}: checked {path}.",
+                    "give the training script's path; relative paths are taken from the directory you run "
+                    "sbatch in")]
+
+
+def submit(spec: JobSpec, run_dir: Path | str | None = None, client: SlurmClient | None = None,
+           force: bool = False, slurm_version: str | None = None) -> Job:
+    """Validate, render into `run_dir` (default ./torchslurm-runs/<name>), sbatch, return the Job."""
+    errors = [f for f in [*script_missing(spec, Path.cwd(), True), *validate(spec, slurm_version)]
+              if f.severity == "error"]
+    if errors and not force:
+        raise ConfigError("the job spec has errors:\n  " + "\n  ".join(str(f) for f in errors)
+                          + "\nHINT: fix them (or pass force=True / --force to submit anyway).")
+    client = client or SlurmClient()
+    directory = Path(run_dir) if run_dir is not None else Path("torchslurm-runs") / spec.name
+    directory.mkdir(parents=True, exist_ok=True)
+    used, script = prepare(spec, directory)
+    job_id = client.submit(script)
+    logger.info("submitted job %s (%s)", job_id, script)
+    return Job(job_id, client, spec=used, script=script)
+
+
+@dataclass
+class Job:
+    """A submitted job. `Job(id)` also works for jobs submitted elsewhere (log paths from scontrol)."""
+
+    id: str
+    client: SlurmClient = field(default_factory=SlurmClient)
+    spec: JobSpec | None = None
+    script: Path | None = None
+
+    def status(self) -> JobStatus:
+        return self.client.status(self.id)
+
+    def wait(self, timeout_s: float | None = None, poll_s: float = 2.0,
+             sleep: Callable[[float], None] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> JobStatus:
+        """Poll until the job reaches a final state; SlurmError after `timeout_s`."""
+        deadline = None if timeout_s is None else clock() + timeout_s
+        while True:
+            st = self.status()
+            if st.finished:
+                return st
+            if deadline is not None and clock() >= deadline:
+                raise SlurmError(f"job {self.id} still {st.state} after {timeout_s:g} s. HINT: "
+                                 f"`torchslurm status {self.id}` shows why (Reason); wait longer or cancel it.")
+            sleep(poll_s)
+
+    def log_paths(self) -> list[Path]:
+        """The job's stdout (and stderr, when separate) files as Slurm expanded them."""
+        st = self.status()
+        paths = [Path(p) for p in dict.fromkeys((st.stdout, st.stderr)) if p]
+        return paths
+
+    def rank_log_path(self, rank: int) -> Path | None:
+        """The per-rank file (spec per_rank_output), if the job wrote one."""
+        st = self.status()
+        if not st.stdout:
+            return None
+        # the same pattern sbatch.rank_output gave srun, with %x/%j already expanded by Slurm
+        candidate = Path(rank_output_for(st.stdout).replace("%t", str(rank)))
+        return candidate if candidate.exists() else None
+
+    def logs(self, rank: int | None = None) -> str:
+        """The job's output so far; with `rank`, only that rank's lines (per-rank file or `R: ` labels)."""
+        if rank is not None and rank < 0:
+            raise ConfigError(f"--rank={rank} is negative. HINT: ranks count from 0 (--rank 0 is the first).")
+        if rank is not None:
+            per_rank = self.rank_log_path(rank)
+            if per_rank is not None:
+                return per_rank.read_text(errors="replace")
+        paths = self.log_paths()
+        if not paths or not paths[0].exists():
+            where = paths[0] if paths else "(no StdOut in scontrol)"
+            raise SlurmError(f"job {self.id} has no log file yet at {where}. HINT: a pending job has not "
+                             "started; otherwise check that the output directory exists on the nodes.")
+        text = paths[0].read_text(errors="replace")
+        return text if rank is None else filter_rank(text, rank)
+
+    def cancel(self) -> None:
+        self.client.cancel(self.id)
+
+
+def rank_output_for(stdout_path: str) -> str:
+    stem = stdout_path[: -len(".out")] if stdout_path.endswith(".out") else stdout_path
+    return f"{stem}-rank%t.out"
+
+
+def filter_rank(text: str, rank: int) -> str:
+    """Lines srun --label prefixed with `rank: ` (padded for wide ranks), without the prefix."""
+    pattern = re.compile(rf"^\s*{rank}: ?(.*)$")
+    return "".join(m.group(1) + "\n" for line in text.split("\n") if (m := pattern.match(line)))

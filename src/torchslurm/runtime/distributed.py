@@ -1,0 +1,265 @@
+"""The only place torch.distributed is set up: `torchslurm.init()` and `torchslurm.shutdown()`.
+
+    with torchslurm.init() as ctx:          # or: ctx = torchslurm.init(); ...; torchslurm.shutdown()
+        model = DDP(model.to(ctx.device), device_ids=ctx.device_ids)
+
+detect placement → choose device → choose backend → choose NIC → init_process_group with an
+explicit timeout → check that every rank joined. This module is the thin effectful shell; the
+decisions live in distenv, devices and netif.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
+
+from torchslurm.errors import ConfigError, DistributedError
+from torchslurm.runtime import devices, netif
+from torchslurm.runtime.distenv import DistEnv, detect
+from torchslurm.runtime.handshake import agree_namespace
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("gloo", "nccl")
+RUN_PREFIX = "torchslurm/"
+"""Where a run's keys go in a store that rank 0 hosts (a new store for every run)."""
+DEFAULT_TIMEOUT_S = 300.0
+"""How long a rank waits for its peers (at init and in each collective) before failing.
+
+torch's default is 30 minutes for Gloo; a dead peer should not cost that much allocation."""
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """What a training script needs after init. Also a context manager that shuts down."""
+
+    env: DistEnv
+    """Placement: ranks, nodes, master, launcher and why."""
+    device: torch.device
+    """The device this rank computes on (cuda:i or cpu)."""
+    backend: str
+    """The process group backend: 'nccl' or 'gloo'."""
+    interface_env: Mapping[str, str]
+    """NIC variables torchslurm set for this process (empty when the user set them)."""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """The process group timeout: how long a collective waits for a peer that went away."""
+    store_prefix: str = RUN_PREFIX
+    """This run's namespace in the store at master_addr:master_port (fresh per round under torchrun)."""
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+    @property
+    def is_main(self) -> bool:
+        return self.env.rank == 0
+
+    @property
+    def device_ids(self) -> list[int] | None:
+        """What DistributedDataParallel's device_ids wants: [index] on CUDA, None on CPU."""
+        return [self.device.index or 0] if self.device.type == "cuda" else None
+
+    def __enter__(self) -> DistContext:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        shutdown(wait_for_peers=exc is None)
+
+
+def init(backend: str | None = None, timeout_s: float | None = None,
+         environ: MutableMapping[str, str] | None = None) -> DistContext:
+    """Initialise torch.distributed for this process, whatever launched it.
+
+    backend: 'nccl' or 'gloo'; default: TORCHSLURM_BACKEND (written by `torchslurm script` from the
+    job spec), else NCCL when this rank has a CUDA device, else Gloo.
+    timeout_s: how long to wait for peers (default DEFAULT_TIMEOUT_S).
+    environ: the process environment (default os.environ); NIC variables are written into it
+    because NCCL and Gloo read them from the process environment at init.
+    """
+    environ = os.environ if environ is None else environ
+    if dist.is_available() and dist.is_initialized():
+        raise DistributedError(
+            "torch.distributed is already initialised in this process. "
+            "HINT: call torchslurm.init() once, or torchslurm.shutdown() before calling it again."
+        )
+    env = detect(environ)
+    for warning in env.warnings:
+        logger.warning("%s", warning)
+    device = _device_for(env, environ)
+    if backend is None and environ.get("TORCHSLURM_BACKEND"):
+        chosen_backend = choose_backend(environ["TORCHSLURM_BACKEND"], device, setting="TORCHSLURM_BACKEND")
+    else:
+        chosen_backend = choose_backend(backend, device)
+    interface_env = netif.socket_ifname_env(environ, env.master_addr)
+    environ.update(interface_env)
+    timeout = timedelta(seconds=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+    logger.debug("rank %d: %s device=%s backend=%s nic=%s", env.rank, env.reason, device, chosen_backend,
+                 dict(interface_env))
+    store_prefix = _init_process_group(env, chosen_backend, device, timeout, environ)
+    _check_all_joined(env, device)
+    return DistContext(env=env, device=device, backend=chosen_backend, interface_env=interface_env,
+                       timeout_s=timeout.total_seconds(), store_prefix=store_prefix)
+
+
+def shutdown(wait_for_peers: bool = True) -> None:
+    """Destroy the process group if there is one; safe to call twice.
+
+    By default every rank first waits for the others (after an error the peers may be gone, so
+    no waiting). Then unreachable DDP models are collected while the group still exists: with
+    3+ Gloo ranks, torch 2.13 aborts about one process in three at exit ("terminate called
+    without an active exception") when a DistributedDataParallel outlives its group; a DDP
+    model the caller still holds must be deleted before leaving init().
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if wait_for_peers:
+        try:
+            dist.barrier()
+        except (RuntimeError, OSError) as exc:
+            logger.warning("shutdown: not every rank reached the final barrier (%s)", _first_line(exc))
+    gc.collect()
+    dist.destroy_process_group()
+
+
+def choose_backend(requested: str | None, device: torch.device, setting: str = "backend") -> str:
+    """NCCL for CUDA ranks, Gloo otherwise; an explicit choice is checked against the device.
+
+    `setting` names where the choice came from, for the error message.
+    """
+    if requested is None:
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested not in BACKENDS:
+        raise ConfigError(f"{setting}={requested!r} is not supported; choose one of {', '.join(BACKENDS)}. "
+                          "HINT: leave backend unset to pick NCCL on GPUs and Gloo on CPUs.")
+    if requested == "nccl" and device.type != "cuda":
+        raise ConfigError(
+            f"{setting}='nccl' but this rank has no CUDA device (torch.cuda.device_count()="
+            f"{torch.cuda.device_count()}). NCCL only runs on GPUs. HINT: use backend='gloo' on CPU "
+            "nodes, or request GPUs from Slurm (--gpus-per-node)."
+        )
+    return requested
+
+
+def _device_for(env: DistEnv, environ: Mapping[str, str]) -> torch.device:
+    choice = devices.choose_device(environ, env.local_rank, env.local_world_size, torch.cuda.device_count())
+    if choice.kind == "cuda":
+        torch.cuda.set_device(choice.index)
+        return torch.device("cuda", choice.index)
+    return torch.device("cpu")
+
+
+def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeout: timedelta,
+                        environ: Mapping[str, str]) -> str:
+    """init_process_group on this run's part of the store; returns that part's prefix."""
+    try:
+        store, prefix = _store(env, timeout)
+        dist.init_process_group(
+            backend=backend, store=store, rank=env.rank, world_size=env.world_size,
+            timeout=timeout, device_id=device if device.type == "cuda" else None,
+        )
+    except (RuntimeError, OSError, TimeoutError, ValueError) as exc:
+        raise DistributedError(_unreachable_message(env, timeout, environ, exc)) from exc
+    return prefix
+
+
+def _store(env: DistEnv, timeout: timedelta) -> tuple[Store, str]:
+    """The job's TCPStore (rank 0 hosts it, unless torchrun's agent does) and this run's prefix in
+    it. torchrun's agent keeps its store across restarts: restarted workers that read the dead
+    workers' Gloo addresses fail with "Connection refused" (seen on the sandbox), so there the
+    ranks agree on a fresh prefix first (torchslurm.runtime.handshake)."""
+    store = TCPStore(env.master_addr, env.master_port, env.world_size,
+                     is_master=env.is_main and not env.agent_store, timeout=timeout, multi_tenant=True)
+    prefix = (agree_namespace(store, env.rank, env.world_size, timeout.total_seconds()) if env.agent_store
+              else RUN_PREFIX)
+    return PrefixStore(prefix, store), prefix
+
+
+def _check_all_joined(env: DistEnv, device: torch.device) -> None:
+    """One all_reduce of ones: every rank is in the group and the backend can move data."""
+    ones = torch.ones(1, device=device)
+    try:
+        dist.all_reduce(ones)
+    except (RuntimeError, OSError) as exc:
+        shutdown(wait_for_peers=False)
+        raise DistributedError(
+            f"rank {env.rank} joined the process group but the first all_reduce failed: {exc}. "
+            "HINT: a peer died during start-up, or the network between nodes drops traffic; "
+            "run `torchslurm run` again with -v for each rank's placement."
+        ) from exc
+    if int(ones.item()) != env.world_size:
+        shutdown(wait_for_peers=False)
+        raise DistributedError(
+            f"rank {env.rank}: {int(ones.item())} rank(s) answered but WORLD_SIZE={env.world_size}. "
+            "HINT: two jobs share MASTER_ADDR:MASTER_PORT; unset MASTER_PORT so torchslurm derives a "
+            "job-unique port."
+        )
+
+
+def _unreachable_message(env: DistEnv, timeout: timedelta, environ: Mapping[str, str],
+                         exc: BaseException) -> str:
+    nic = {k: environ[k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if k in environ}
+    role = "could not start the store on" if env.rank == 0 else "could not reach the master at"
+    return (
+        f"rank {env.rank} of {env.world_size} on host {socket.gethostname()} {role} "
+        f"{env.master_addr}:{env.master_port} within {timeout.total_seconds():g} s "
+        f"(launcher: {env.launcher}; interfaces: {nic or 'chosen by the backend'}): "
+        f"{_first_line(exc)}. "
+        "HINT: likely causes: rank 0 did not start or crashed (look at its log first); "
+        "MASTER_ADDR resolves to an address other nodes cannot reach (e.g. 127.0.1.1 in /etc/hosts); "
+        "a firewall blocks the port; the port is taken by another job (unset MASTER_PORT); "
+        "the ranks disagree on WORLD_SIZE. Placement: " + env.reason
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where this process trains: from torchslurm.init(), a process group set up by the caller, or
+    a single local process."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    num_nodes: int
+    local_world_size: int
+    master: str
+
+
+def topology(ctx: DistContext | None, environ: Mapping[str, str]) -> Topology:
+    if ctx is not None:
+        env = ctx.env
+        return Topology(ctx.rank, ctx.world_size, ctx.local_rank, ctx.device, ctx.backend, env.num_nodes,
+                         env.local_world_size, f"{env.master_addr}:{env.master_port}")
+    if dist.is_available() and dist.is_initialized():  # a process group the caller set up (torchrun-style)
+        world, backend = dist.get_world_size(), str(dist.get_backend())
+        local_world = int(environ.get("LOCAL_WORLD_SIZE", world))
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        master = f"{environ.get('MASTER_ADDR', '?')}:{environ.get('MASTER_PORT', '?')}"
+        return Topology(dist.get_rank(), world, int(environ.get("LOCAL_RANK", 0)), device, backend,
+                         max(1, world // local_world), local_world, master)
+    return Topology(0, 1, 0, torch.device("cpu"), "none", 1, 1, "local")

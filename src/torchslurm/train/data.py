@@ -1,0 +1,222 @@
+"""Datasets that need no network: sklearn's bundled digits, MNIST from local IDX files,
+synthetic data of any shape, and an image folder when torchvision is installed.
+
+Every loader returns `(train, val)` datasets of `(input, label)` pairs; splits are a pure
+function of their seed, so every rank builds exactly the same split without talking.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import itertools
+import logging
+import struct
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, DistributedSampler, Sampler, TensorDataset
+
+from torchslurm.errors import ConfigError
+from torchslurm.train.config import DATASETS
+
+logger = logging.getLogger(__name__)
+
+Split = tuple[Dataset[Any], Dataset[Any]]
+
+# IDX type codes (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT").
+_IDX_DTYPES: dict[int, str] = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def digits(val_fraction: float = 0.2, split_seed: int = 0) -> Split:
+    """scikit-learn's bundled 8×8 digits (1,797 images, no download), as (N, 1, 8, 8) floats."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = np.asarray(bunch.images, dtype=np.float32) / 16.0
+    images = (images - images.mean()) / images.std()
+    return _split(images[:, None, :, :], np.asarray(bunch.target), val_fraction, split_seed)
+
+
+def synthetic(num_samples: int = 4096, shape: Sequence[int] = (10,), num_classes: int = 2,
+              val_fraction: float = 0.2, seed: int = 0) -> Split:
+    """Gaussian inputs of any `shape`; labels are the argmax of a fixed random projection, so a
+    model can learn them (useful for benchmarks and the seed 004 SimpleModel)."""
+    if num_samples < 2 or num_classes < 2 or any(int(d) < 1 for d in shape):
+        raise ConfigError(
+            f"synthetic data with num_samples={num_samples}, shape={tuple(shape)}, "
+            f"num_classes={num_classes}: expected num_samples >= 2, num_classes >= 2, positive sizes. "
+            "HINT: e.g. synthetic(num_samples=4096, shape=(10,), num_classes=2)."
+        )
+    rng = np.random.default_rng(seed)
+    inputs = rng.standard_normal((num_samples, *shape), dtype=np.float32)
+    projection = rng.standard_normal((int(np.prod(shape)), num_classes), dtype=np.float32)
+    labels = np.argmax(inputs.reshape(num_samples, -1) @ projection, axis=1)
+    return _split(inputs, labels, val_fraction, seed)
+
+
+def _split(inputs: np.ndarray, labels: np.ndarray, val_fraction: float, seed: int) -> Split:
+    if not 0.0 < val_fraction < 1.0:
+        raise ConfigError(
+            f"val_fraction={val_fraction}, expected a fraction strictly between 0 and 1. "
+            "HINT: val_fraction=0.2 keeps a fifth of the data for validation."
+        )
+    order = np.random.default_rng(seed).permutation(len(inputs))
+    n_val = max(1, round(len(inputs) * val_fraction))
+    val, train = order[:n_val], order[n_val:]
+    x, y = torch.from_numpy(np.ascontiguousarray(inputs)), torch.from_numpy(labels.astype(np.int64))
+    return TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val])
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read one IDX file (optionally gzip-compressed) into a numpy array of its declared shape."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise ConfigError(
+            f"{path} is not an IDX file (header {raw[:4].hex() or 'empty'}); expected 00 00 <type> <ndim>. "
+            "HINT: use the original MNIST files (train-images-idx3-ubyte[.gz], ...), not a converted copy."
+        )
+    dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
+    dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
+    expected = 4 + 4 * ndim + int(np.prod(dims)) * dtype.itemsize
+    if len(raw) != expected:
+        raise ConfigError(
+            f"{path} holds {len(raw)} bytes but its header declares shape {dims} ({expected} bytes). "
+            "HINT: the file is truncated; download it again."
+        )
+    return np.frombuffer(raw, dtype=dtype, offset=4 + 4 * ndim).reshape(dims)
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """Write `array` as an IDX file (gzip-compressed when `path` ends in .gz)."""
+    kind = f"{array.dtype.kind}{array.dtype.itemsize}"  # e.g. u1, i4, f8
+    code = {"u1": 0x08, "i1": 0x09, "i2": 0x0B, "i4": 0x0C, "f4": 0x0D, "f8": 0x0E}.get(kind)
+    if code is None:
+        raise ConfigError(f"write_idx got dtype {array.dtype}; expected one of uint8, int8, int16, "
+                          "int32, float32, float64. HINT: convert with array.astype(np.uint8).")
+    dtype = np.dtype(f">{kind}")  # IDX is big-endian
+    header = bytes([0, 0, code, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    payload = header + np.ascontiguousarray(array, dtype=dtype).tobytes()
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wb") as f:
+        f.write(payload)
+
+
+def _find_mnist(data_dir: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for name in MNIST_FILES:
+        for folder in (data_dir, data_dir / "MNIST" / "raw"):  # ours, and torchvision's layout
+            for candidate in (folder / name, folder / f"{name}.gz"):
+                if name not in found and candidate.is_file():
+                    found[name] = candidate
+    missing = [f"{name}[.gz]" for name in MNIST_FILES if name not in found]
+    if missing:
+        raise ConfigError(
+            f"data_dir={data_dir}: MNIST files missing: {', '.join(missing)}. Expected the four IDX files "
+            f"{', '.join(MNIST_FILES)} (each optionally .gz) in {data_dir} or {data_dir / 'MNIST' / 'raw'}. "
+            f"HINT: copy them there (torchvision's datasets.MNIST(root='{data_dir}', download=True) on a "
+            "machine with network writes them), or use dataset=digits, which needs no files."
+        )
+    return found
+
+
+def mnist(data_dir: Path) -> Split:
+    """MNIST from the standard IDX files in `data_dir`, normalised with the usual mean/std."""
+    files = _find_mnist(Path(data_dir))
+
+    def pair(prefix: str) -> TensorDataset:
+        images = read_idx(files[f"{prefix}-images-idx3-ubyte"]).astype(np.float32) / 255.0
+        labels = read_idx(files[f"{prefix}-labels-idx1-ubyte"]).astype(np.int64)
+        if images.ndim != 3 or len(images) != len(labels):
+            raise ConfigError(
+                f"{files[f'{prefix}-images-idx3-ubyte']} has shape {images.shape} and its labels "
+                f"{labels.shape}; expected (N, H, W) images and N labels. HINT: re-download the files."
+            )
+        x = torch.from_numpy((images[:, None, :, :] - 0.1307) / 0.3081)
+        return TensorDataset(x, torch.from_numpy(labels))
+
+    return pair("train"), pair("t10k")
+
+
+def image_folder(root: Path, image_size: int = 224) -> Split:
+    """`root/train/<class>/*.jpg` and `root/val/<class>/*.jpg` via torchvision's ImageFolder."""
+    if importlib.util.find_spec("torchvision") is None:
+        raise ConfigError(
+            "dataset=imagefolder needs torchvision, which is not installed. "
+            "HINT: pip install torchvision (the build matching your torch), or use dataset=digits."
+        )
+    from torchvision import datasets, transforms
+
+    missing = [str(Path(root) / part) for part in ("train", "val") if not (Path(root) / part).is_dir()]
+    if missing:
+        raise ConfigError(
+            f"data_dir={root}: missing {', '.join(missing)}; "
+            "expected data_dir/train/<class>/ and data_dir/val/<class>/. "
+            "HINT: arrange the images as data_dir/train/<class>/img.jpg and data_dir/val/<class>/img.jpg."
+        )
+    tf = transforms.Compose([transforms.Resize(image_size), transforms.CenterCrop(image_size),
+                             transforms.ToTensor()])
+    train, val = (datasets.ImageFolder(str(Path(root) / part), tf) for part in ("train", "val"))
+    return train, val
+
+
+def load(name: str, data_dir: Path | None = None, val_fraction: float = 0.2, seed: int = 0) -> Split:
+    """The dataset called `name` (one of DATASETS)."""
+    if name == "digits":
+        return digits(val_fraction, seed)
+    if name == "synthetic":
+        return synthetic(val_fraction=val_fraction, seed=seed)
+    if name in ("mnist", "imagefolder"):
+        if data_dir is None:
+            raise ConfigError(f"dataset={name} needs data_dir, which is not set. "
+                              f"HINT: add data_dir=/path/to/{name} (a directory every rank can read).")
+        return mnist(data_dir) if name == "mnist" else image_folder(data_dir)
+    raise ConfigError(f"dataset={name!r} is not known; valid: {', '.join(DATASETS)}. "
+                      "HINT: dataset=digits needs no download.")
+
+
+def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:
+    """(input shape, number of classes) of a classification dataset from this module."""
+    if isinstance(dataset, TensorDataset):
+        inputs, labels = dataset.tensors[0], dataset.tensors[1]
+        return tuple(inputs.shape[1:]), int(labels.max()) + 1
+    classes = getattr(dataset, "classes", None)  # torchvision's ImageFolder
+    if classes is None:
+        raise ConfigError(f"cannot tell the classes of a {type(dataset).__name__}. HINT: give it a `classes` "
+                          "list (as torchvision's ImageFolder has), or build the model yourself.")
+    return tuple(dataset[0][0].shape), len(classes)
+
+
+class SkipSampler(Sampler[int]):
+    """The wrapped sampler's indices after the first `skip` (resume inside an epoch)."""
+
+    def __init__(self, inner: DistributedSampler[Any], skip: int) -> None:
+        self.inner, self.skip = inner, skip
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(iter(self.inner), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(0, len(self.inner) - self.skip)
+
+
+class ShardSampler(Sampler[int]):
+    """Rank r of W gets indices r, r+W, r+2W, … of the dataset: no padding, no repeats, so
+    validation sums over all ranks cover each sample exactly once (DistributedSampler would pad
+    by repeating samples and bias the metrics)."""
+
+    def __init__(self, size: int, rank: int, world_size: int) -> None:
+        self.indices = range(rank, size, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)

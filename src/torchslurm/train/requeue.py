@@ -1,0 +1,128 @@
+"""Requeue: when the job ends (its time limit), which job to requeue (array tasks included), whether
+rank 0 requeues after a stop or a peer failure, and `scontrol requeue` itself behind a runner seam.
+The decisions are pure functions of the environ; `run_command` and `requeue` are the effects."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from torchslurm.errors import ConfigError, SlurmError
+
+if TYPE_CHECKING:
+    from torchslurm.runtime.distenv import DistEnv
+
+logger = logging.getLogger(__name__)
+
+Runner = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
+
+
+def run_command(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm command, capturing its output (the seam tests replace)."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(list(argv), 127, "", str(exc))
+
+
+def job_end_time(environ: Mapping[str, str], run: Runner | None = None) -> float | None:
+    """When Slurm will end this job, in unix seconds; None outside Slurm or without a time limit."""
+    for name in ("TORCHSLURM_END_TIME", "SLURM_JOB_END_TIME"):
+        text = environ.get(name, "").strip()
+        if text:
+            try:
+                return float(text)
+            except ValueError:
+                raise ConfigError(f"{name}={text!r} is not unix seconds. HINT: e.g. {name}="
+                                  f"{int(time.time()) + 3600}, or unset it.") from None
+    job = requeue_target(environ)
+    if run is None or job is None:
+        return None
+    result = run(["scontrol", "show", "job", "-o", job], 30.0)
+    if result.returncode != 0:
+        logger.warning("no deadline: `scontrol show job %s` failed (%d): %s", job, result.returncode,
+                       result.stderr.strip())
+        return None
+    return parse_end_time(result.stdout)
+
+
+def parse_end_time(scontrol_text: str) -> float | None:
+    """EndTime= of `scontrol show job` (local time) as unix seconds; None when Unknown/None."""
+    for token in scontrol_text.split():
+        if token.startswith("EndTime="):
+            value = token.removeprefix("EndTime=")
+            try:
+                return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+def requeue_target(environ: Mapping[str, str]) -> str | None:
+    """What `scontrol requeue` needs: JOBID, or ARRAYJOBID_TASKID for an array task (requeueing
+    SLURM_JOB_ID of an array task works too, but the array form is what squeue shows)."""
+    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return environ.get("SLURM_JOB_ID") or None
+
+
+@dataclass(frozen=True)
+class RequeuePlan:
+    """Whether rank 0 requeues the job after a stop, and why (for the log)."""
+
+    target: str | None
+    """The job to requeue, or None to only exit."""
+    reason: str
+
+
+def plan_requeue(environ: Mapping[str, str], max_requeues: int, wanted: bool) -> RequeuePlan:
+    """Decide from data: requeue only in a Slurm job, when the stop asks for it, within budget."""
+    target = requeue_target(environ)
+    restarts_text = environ.get("SLURM_RESTART_COUNT", "0") or "0"
+    if not restarts_text.isdigit():
+        raise ConfigError(f"SLURM_RESTART_COUNT={restarts_text!r} is not a count. "
+                          "HINT: Slurm sets it; unset it when running outside Slurm.")
+    restarts = int(restarts_text)
+    if target is None:
+        return RequeuePlan(None, "not a Slurm job (no SLURM_JOB_ID): nothing to requeue")
+    if not wanted:
+        return RequeuePlan(None, "stopped by SIGTERM (scancel, time limit or Slurm's own preemption): "
+                                 "Slurm decides whether the job comes back")
+    if restarts >= max_requeues:
+        return RequeuePlan(None, f"SLURM_RESTART_COUNT={restarts} has reached max_requeues={max_requeues}")
+    return RequeuePlan(target, f"restart {restarts + 1} of at most {max_requeues}")
+
+
+def requeues_after_failure(env: DistEnv) -> bool:
+    """Whether this rank requeues the job when a peer failed: local rank 0 of each node (Slurm
+    takes the first requeue), under srun, and under torchrun only once its agents have no
+    restarts left; until then they restart the workers, which resume from the last checkpoint."""
+    if env.local_rank != 0:
+        return False
+    return env.launcher == "srun" or (env.launcher == "torchrun" and env.restarts_left == 0)
+
+
+def requeue(plan: RequeuePlan, run: Runner = run_command, timeout_s: float = 60.0) -> None:
+    """Run `scontrol requeue`; raises SlurmError when Slurm refuses (or does not answer in time)."""
+    if plan.target is None:
+        return
+    result = run(["scontrol", "requeue", plan.target], timeout_s)
+    if result.returncode == -signal.SIGTERM:
+        # Slurm ends the run's processes as soon as it accepts the requeue, and scontrol, our child,
+        # can get that SIGTERM before it exits (seen on the sandbox: "DUE TO JOB REQUEUE", then -15).
+        logger.debug("scontrol requeue %s ended by SIGTERM: Slurm is stopping this run for the requeue", plan.target)
+        return
+    if result.returncode != 0:
+        raise SlurmError(
+            f"`scontrol requeue {plan.target}` failed ({result.returncode}): {result.stderr.strip()}. "
+            "HINT: submit with --requeue (torchslurm does when preemptible: true), and check that "
+            "JobRequeue is not 0 in slurm.conf; the checkpoint is saved, so resubmitting resumes."
+        )

@@ -1,0 +1,438 @@
+"""TrainConfig + Trainer: the small DDP loop of seeds 002/004, with exact metrics, atomic
+checkpoints and a bitwise-exact resume.
+
+Determinism: the order of the training data is a pure function of (seed, epoch) — the
+DistributedSampler's permutation and the DataLoader's own generator — so a resume replays
+the epoch and skips the batches already done; every rank's RNG states travel in the
+checkpoint. Checkpoints are taken only at optimizer-step boundaries.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from torchslurm.errors import CheckpointError, ConfigError
+from torchslurm.runtime.distributed import topology
+from torchslurm.train import checkpoint
+from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
+from torchslurm.train.config import TrainConfig
+from torchslurm.train.data import ShardSampler, SkipSampler
+from torchslurm.train.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
+from torchslurm.train.preemption import Preemption, preemption_config
+from torchslurm.train.requeue import requeues_after_failure, run_command
+from torchslurm.train.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from torchslurm.runtime.distributed import DistContext
+
+__all__ = ["FitResult", "TrainConfig", "Trainer", "seed_everything"]
+
+logger = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class FitResult:
+    """What `Trainer.fit` did."""
+
+    stopped_early: bool
+    """True when should_stop() asked to stop; a checkpoint was saved first."""
+    epochs_done: int
+    global_step: int
+    val: Totals | None
+    """Validation totals of the last finished epoch in this run."""
+    checkpoint: Path | None
+    """The last checkpoint this run wrote (rank 0 knows it; other ranks see None)."""
+    run_dir: Path = field(default=Path("."))
+    exit_code: int = 0
+    """0, or PREEMPTED_EXIT_CODE (75) after the built-in preemption stopped the run and requeued
+    the job: exit with it (`sys.exit(result.exit_code)`) so that the job script can tell."""
+
+
+class Trainer:
+    """Train `model` with DDP on every rank of the current process group.
+
+    `optimizer` must hold the model's parameters; its lr is set from the config. `scheduler`
+    is a factory called with the optimizer and stepped after each optimizer step.
+    Left at None, `should_stop` is torchslurm's own preemption and `fit()` also runs the dead-peer
+    watchdog: the job's warning signal (USR2), SIGTERM or its deadline stop every rank after the
+    same step, the Trainer checkpoints, rank 0 requeues the job and FitResult.exit_code is 75; a
+    dead peer ends every rank with one message naming it (torchslurm.train.preemption, .watchdog).
+    A `should_stop` of your own is called on every rank at each optimizer-step boundary and must
+    give the same answer on all ranks; when true, the Trainer saves a checkpoint and returns
+    FitResult(stopped_early=True), and the rest is yours.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 train_data: Dataset[Any], val_data: Dataset[Any], config: TrainConfig, *,
+                 ctx: DistContext | None = None,
+                 scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> None:
+        self.config, self.topo = config, topology(ctx, os.environ)
+        self.device = self.topo.device
+        if config.amp == "fp16" and self.device.type != "cuda":
+            raise ConfigError(f"amp=fp16 on device {self.device}: fp16 with GradScaler needs CUDA. "
+                              "HINT: use amp=bf16 on CPU, or amp=off.")
+        self.model = model.to(self.device)
+        self.ddp: nn.Module = self.model
+        if self.topo.world_size > 1:
+            ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer, self.loss_fn = optimizer, loss_fn
+        self.train_data, self.val_data = train_data, val_data
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * self.lr_factor
+        self.scheduler = scheduler(optimizer) if scheduler else None
+        self.scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
+        self._ctx = ctx
+        self._preemption: Preemption | None = None
+        if should_stop is None:
+            self._preemption = Preemption(preemption_config(os.environ, run_command if self.is_main else None))
+            should_stop = self._preemption.should_stop
+        self.should_stop: Callable[[], bool] = should_stop
+        self.log = MetricsLog(config.run_dir / "metrics.jsonl")
+        self.epoch, self.batches_done, self.global_step = 0, 0, 0
+        self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
+        self._last_checkpoint: Path | None = None
+        self._saved_step = -1
+
+    @property
+    def lr_factor(self) -> float:
+        w = self.topo.world_size
+        return {"none": 1.0, "linear": float(w), "sqrt": math.sqrt(w)}[self.config.lr_scaling]
+
+    @property
+    def is_main(self) -> bool:
+        return self.topo.rank == 0
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def fit(self) -> FitResult:
+        """Train for config.epochs (resuming first, as config.resume says)."""
+        with ExitStack() as stack:
+            if self._preemption is not None:
+                self._protect(stack, self._preemption)
+            result = self._fit()
+            if result.stopped_early and self._preemption is not None:
+                result = replace(result, exit_code=self._preemption.finish(self.topo.rank))
+        return result
+
+    def _protect(self, stack: ExitStack, preemption: Preemption) -> None:
+        """Signal handlers for the run, and across ranks the watchdog's heartbeat and guard."""
+        stack.enter_context(preemption)
+        if self._ctx is not None and self._ctx.world_size > 1:
+            requeue = preemption.requeue_after_failure if requeues_after_failure(self._ctx.env) else None
+            dog = stack.enter_context(Watchdog(self._ctx, bound_s=self._ctx.timeout_s, on_failure=requeue))
+            stack.enter_context(dog.guard())
+
+    def _fit(self) -> FitResult:
+        self._settle_ddp_buckets()
+        if not self._resume():
+            seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
+        self._announce()
+        val: Totals | None = None
+        if self.epoch >= self.config.epochs and self.is_main:
+            logger.info("%s already holds all %d epochs: nothing to train (epochs=%d to train more, "
+                        "resume=never to start over)", self.config.run_dir, self.epoch, self.epoch + 1)
+        while self.epoch < self.config.epochs:
+            started = time.perf_counter()
+            seen = self._train_epoch()
+            if seen is None:
+                if self._saved_step != self.global_step:  # not just saved by checkpoint_every_steps
+                    self.save()
+                if self.is_main:
+                    logger.info("stopping early at epoch %d step %d", self.epoch + 1, self.global_step)
+                return FitResult(True, self.epoch, self.global_step, val, self._last_checkpoint,
+                                 self.config.run_dir)
+            val = self._finish_epoch(seen, time.perf_counter() - started)
+            if self._checkpoint_due():
+                self.save()
+        if val is None:  # resumed a finished run: still report its validation metrics
+            val = self.evaluate()
+        return FitResult(False, self.epoch, self.global_step, val, self._last_checkpoint, self.config.run_dir)
+
+    def _settle_ddp_buckets(self) -> None:
+        """One throw-away forward/backward so DDP's bucket layout is final before the first real step.
+
+        DDP reorders its gradient buckets after the first backward of a process. With more than 2
+        ranks Gloo's ring all-reduce sums each element in an order set by its offset in the bucket,
+        so the first step after a resume (old layout) would differ in the last bits from the same
+        step of an uninterrupted run (new layout). Model state and gradients are restored after it;
+        it runs before the RNG states are seeded or restored."""
+        if not isinstance(self.ddp, DistributedDataParallel):
+            return
+        saved = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        inputs, targets = next(iter(DataLoader(self.train_data, batch_size=self.config.batch_size)))
+        with self._autocast():
+            loss = self.loss_fn(self.ddp(inputs.to(self.device)), targets.to(self.device))
+        loss.backward()  # type: ignore[no-untyped-call]
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.load_state_dict(saved)
+
+    def _train_epoch(self) -> int | None:
+        """One epoch from self.batches_done on; samples seen, or None when should_stop() said so."""
+        cfg = self.config
+        loader = self._train_loader()
+        total = self.batches_done + len(loader)
+        accum, seen = cfg.grad_accum_steps, 0
+        window = torch.zeros(3, dtype=torch.float64, device=self.device)
+        tick = time.perf_counter()
+        self.ddp.train()
+        bar = self._progress_bar(total)
+        for inputs, targets in loader:
+            inputs = inputs.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            group_start = self.batches_done - self.batches_done % accum
+            group_size = min(accum, total - group_start)
+            self.batches_done += 1
+            boundary = self.batches_done % accum == 0 or self.batches_done == total
+            sums = self._micro_step(inputs, targets, group_size, boundary)
+            self._sums += sums
+            window += sums
+            seen += len(targets)
+            if bar is not None:
+                bar.update(1)
+            if not boundary:
+                continue
+            self._optimizer_step()
+            if cfg.log_every and self.global_step % cfg.log_every == 0:
+                tick = self._log_progress(window, tick, total)
+                window.zero_()
+            if cfg.checkpoint_every_steps and self.global_step % cfg.checkpoint_every_steps == 0 \
+                    and self.batches_done < total:
+                self.save()
+            if self.should_stop():
+                if bar is not None:
+                    bar.close()
+                return None
+        if bar is not None:
+            bar.close()
+        return seen
+
+    def _micro_step(self, inputs: torch.Tensor, targets: torch.Tensor, group_size: int,
+                    boundary: bool) -> torch.Tensor:
+        """Forward and backward of one batch; its [loss·n, correct, n]. The loss is divided by the
+        micro-steps of its accumulation group, so the summed gradient is their mean."""
+        sync: AbstractContextManager[Any] = nullcontext()
+        if not boundary and isinstance(self.ddp, DistributedDataParallel):
+            sync = self.ddp.no_sync()  # gradients accumulate locally; all-reduce on the boundary
+        with sync:
+            with self._autocast():
+                output = self.ddp(inputs)
+                loss = self.loss_fn(output, targets)
+            scaled: torch.Tensor = self.scaler.scale(loss / group_size)
+            scaled.backward()  # type: ignore[no-untyped-call]
+        return batch_sums(output, targets, loss)
+
+    def _optimizer_step(self) -> None:
+        if self.config.grad_clip:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.global_step += 1
+
+    def _autocast(self) -> AbstractContextManager[Any]:
+        if self.config.amp == "off":
+            return nullcontext()
+        dtype = torch.bfloat16 if self.config.amp == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _train_loader(self) -> DataLoader[Any]:
+        cfg = self.config
+        sampler: DistributedSampler[Any] = DistributedSampler(
+            self.train_data, num_replicas=self.topo.world_size, rank=self.topo.rank, shuffle=True, seed=cfg.seed)
+        sampler.set_epoch(self.epoch)
+        # Own generator: worker seeds come from (seed, epoch), and creating the iterator does not
+        # draw from the global torch RNG (which the checkpoint restores for dropout & co).
+        generator = torch.Generator().manual_seed(cfg.seed * 100_003 + self.epoch)
+        return DataLoader(self.train_data, batch_size=cfg.batch_size,
+                          sampler=SkipSampler(sampler, self.batches_done * cfg.batch_size),
+                          num_workers=cfg.num_workers, pin_memory=self._pin, generator=generator)
+
+    @property
+    def _pin(self) -> bool:
+        return self.config.pin_memory and self.device.type == "cuda"
+
+    def evaluate(self, dataset: Dataset[Any] | None = None) -> Totals:
+        """Exact loss and accuracy over `dataset` (default: the validation data), all ranks together.
+        Every rank must call it."""
+        data = self.val_data if dataset is None else dataset
+        sampler = ShardSampler(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
+        loader = DataLoader(data, batch_size=self.config.batch_size, sampler=sampler,
+                            num_workers=self.config.num_workers, pin_memory=self._pin,
+                            generator=torch.Generator().manual_seed(self.config.seed))
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        self.model.eval()  # the unwrapped module: no DDP hooks or collectives per batch
+        with torch.no_grad(), self._autocast():
+            for inputs, targets in loader:
+                inputs, targets = inputs.to(self.device), targets.to(self.device)
+                output = self.model(inputs).float()
+                sums += batch_sums(output, targets, self.loss_fn(output, targets))
+        self.model.train()
+        return totals(all_reduce_sums(sums))
+
+    def _finish_epoch(self, seen: int, elapsed_s: float) -> Totals:
+        """Validate, reduce the epoch's sums, log the seed-style line, write metrics and plot."""
+        val = self.evaluate()
+        reduced = all_reduce_sums(torch.cat([self._sums, torch.tensor([float(seen)], dtype=torch.float64,
+                                                                       device=self.device)]))
+        train, seen_all = totals(reduced), float(reduced[3])
+        self.epoch, self.batches_done = self.epoch + 1, 0
+        self._sums.zero_()
+        if not self.is_main:
+            return val
+        rate = seen_all / elapsed_s if elapsed_s > 0 else 0.0
+        logger.info("Epoch %d - Avg Loss: %.6f, Accuracy: %.2f%%", self.epoch, val.avg_loss, 100 * val.accuracy)
+        logger.info("  train loss %.6f, train accuracy %.2f%%, %.0f samples/s (%.0f per rank), %.1f s",
+                    train.avg_loss, 100 * train.accuracy, rate, rate / self.topo.world_size, elapsed_s)
+        self.log.append({
+            "kind": "epoch", "epoch": self.epoch, "step": self.global_step, "train_loss": train.avg_loss,
+            "train_accuracy": train.accuracy, "val_loss": val.avg_loss, "val_accuracy": val.accuracy,
+            "val_samples": val.count, "samples_per_s": rate, "samples_per_s_per_rank": rate / self.topo.world_size,
+            "epoch_time_s": elapsed_s, "lr": self.optimizer.param_groups[0]["lr"],
+        })
+        plot_curves(self.log.records(), self.config.run_dir / "curves.png")
+        return val
+
+    def _checkpoint_due(self) -> bool:
+        every = self.config.checkpoint_every_epochs
+        return self.epoch == self.config.epochs or (every > 0 and self.epoch % every == 0)
+
+    # ---- output -----------------------------------------------------------------------------
+    def _announce(self) -> None:
+        t = self.topo
+        if not self.is_main:
+            return
+        plural = "es" if t.world_size != 1 else ""
+        logger.info("Starting distributed training on %d process%s (%d node%s × %d, %s, %s), master %s",
+                    t.world_size, plural, t.num_nodes, "s" if t.num_nodes != 1 else "", t.local_world_size,
+                    t.backend, t.device.type, t.master)
+        logger.info("run_dir %s: %d epoch%s, batch_size %d per rank, lr %g%s", self.config.run_dir, self.config.epochs,
+                    "s" if self.config.epochs != 1 else "", self.config.batch_size, self.config.lr,
+                    "" if self.config.lr_scaling == "none" else
+                    f" ({self.config.lr_scaling} scaling → {self.config.lr * self.lr_factor:g})")
+
+    def _progress_bar(self, total: int) -> Any:
+        """A tqdm bar on rank 0 when stdout is a terminal; None otherwise (plain lines instead)."""
+        if not self.is_main or not sys.stdout.isatty():
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, initial=self.batches_done, desc=f"epoch {self.epoch + 1}", leave=False,
+                    unit="batch", dynamic_ncols=True)
+
+    def _log_progress(self, window: torch.Tensor, tick: float, total: int) -> float:
+        now = time.perf_counter()
+        if self.is_main:
+            t = totals(window)
+            rate = t.count * self.topo.world_size / (now - tick) if now > tick else 0.0
+            lr = self.optimizer.param_groups[0]["lr"]
+            if not sys.stdout.isatty():
+                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f samples/s",
+                            self.epoch + 1, self.batches_done, total, self.global_step, t.avg_loss, lr, rate)
+            self.log.append({"kind": "step", "epoch": self.epoch + 1, "step": self.global_step,
+                             "loss": t.avg_loss, "lr": lr, "samples_per_s": rate})
+        return now
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.config.run_dir / "checkpoints"
+
+    def save(self) -> Path | None:
+        """Checkpoint at the current step boundary. Every rank must call it: RNG states are gathered
+        from all ranks, rank 0 writes, and a barrier keeps any rank from running ahead."""
+        self._saved_step = self.global_step
+        mine = {"rng": rng_state(), "sums": self._sums.tolist()}
+        per_rank: list[Any] = [mine]
+        if self.topo.world_size > 1:
+            per_rank = [None] * self.topo.world_size
+            dist.all_gather_object(per_rank, mine)
+        path = None
+        if self.is_main:
+            state = {
+                "format": 1, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler else {},
+                "epoch": self.epoch, "batches_done": self.batches_done, "global_step": self.global_step,
+                "world_size": self.topo.world_size, "ranks": per_rank, "config": self.config.to_dict(),
+            }
+            path = checkpoint.save(self.checkpoint_dir, self.global_step, state, self.config.keep_last)
+            self._last_checkpoint = path
+            where = f"epoch {self.epoch + 1}, batch {self.batches_done}" if self.batches_done \
+                else f"after epoch {self.epoch}"
+            logger.info("checkpoint %s (%s, step %d)", path, where, self.global_step)
+        if self.topo.world_size > 1:
+            dist.barrier()
+        return path
+
+    def _choose_checkpoint(self) -> Path | None:
+        """Rank 0 picks (skipping corrupt ones with a warning) and tells the others, so all agree."""
+        resume = self.config.resume
+        choice: list[str | None] = [None]
+        if self.is_main and resume != "never":
+            if resume == "auto":
+                found = checkpoint.load_latest(self.checkpoint_dir)
+                choice[0] = str(found[0]) if found else None
+            else:
+                checkpoint.load(Path(resume))  # fail early, with the reason, on rank 0
+                choice[0] = resume
+        if self.topo.world_size > 1:
+            dist.broadcast_object_list(choice, src=0)
+        return Path(choice[0]) if choice[0] else None
+
+    def _resume(self) -> bool:
+        """Load model, optimizer, position and RNG states; False when starting fresh."""
+        path = self._choose_checkpoint()
+        if path is None:
+            if self.is_main:
+                self.log.keep_until(0)
+            return False
+        try:
+            state = checkpoint.load(path)  # on the CPU: RNG states must stay CPU tensors
+        except CheckpointError as exc:
+            raise CheckpointError(f"rank {self.topo.rank} cannot read {path}: {exc} HINT: run_dir must be "
+                                  "on a filesystem every node sees (e.g. your home or project dir).") from exc
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        if self.scheduler is not None and state["scheduler"]:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.scheduler is None:  # the config's lr is the truth (world size or lr may have changed)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.lr * self.lr_factor
+        self.epoch, self.batches_done, self.global_step = state["epoch"], state["batches_done"], state["global_step"]
+        changed = checkpoint.layout_changes(state, {
+            "world_size": self.topo.world_size, "batch_size": self.config.batch_size, "seed": self.config.seed,
+            "grad_accum_steps": self.config.grad_accum_steps})
+        if not changed:
+            mine = state["ranks"][self.topo.rank]
+            set_rng_state(mine["rng"])
+            self._sums = torch.tensor(mine["sums"], dtype=torch.float64, device=self.device)
+        else:
+            logger.warning("checkpoint %s: %s, so data order and RNG streams differ from an uninterrupted run%s",
+                           path, changed, "; restarting the interrupted epoch" if self.batches_done else "")
+            self.batches_done = 0
+            seed_everything(self.config.seed + self.topo.rank + 1000 * self.epoch)
+        if self.is_main:
+            self.log.keep_until(self.global_step)
+            logger.info("Resuming from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batches_done,
+                        self.global_step)
+        return True

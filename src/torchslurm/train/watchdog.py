@@ -1,0 +1,334 @@
+"""A dead peer never means a hang, and its death is reported root cause first.
+
+    with torchslurm.init(timeout_s=60) as ctx, watchdog.Watchdog(ctx) as dog:
+        with dog.guard():
+            trainer.fit()
+
+The bound comes from the process group's timeout (`torchslurm.init(timeout_s=...)`, 300 s by
+default instead of torch's 30 min): a collective whose peer vanished fails within it — at once
+when the peer's process died (the kernel closes its sockets: "Connection closed by peer"), after
+the timeout when its node or network went away.
+
+Such an error says little ("Timed out waiting 20000ms for recv operation", or a peer address).
+So every rank also runs a heartbeat thread: a counter in the job's TCPStore, bumped every
+`interval_s`. When a collective fails, `guard()` reads the counters twice, 2 × interval_s apart
+(no clock comparison across nodes), and the ranks whose counter did not move are the root cause:
+"rank 3 on node2 stopped responding". A rank that saw the failure says so in the store first: it
+is alive even if it has finished its own diagnosis and exited before the reporter's second read.
+When the store itself cannot be reached, rank 0's host (the store's) is unreachable from here.
+The lowest rank that still answers reports the full message; the others raise a one-line pointer
+to it, so the job log shows one explanation. A rank 0 that hosts the store waits (briefly) for the
+others' diagnoses before it exits and takes the store with it.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+from torchslurm.errors import DistributedError
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store
+
+    from torchslurm.runtime.distributed import DistContext
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+DEFAULT_INTERVAL_S = 1.0
+STORE_TIMEOUT_S = 5.0
+HEARTBEAT_TIMEOUT_S = 1.0
+"""The heartbeat's store calls give up quickly. After a failure it reconnects only while rank 0's
+store still accepts connections: a dead or cut-off store stays so."""
+MAX_HEARTBEAT_RECONNECTS = 5
+"""Consecutive failed heartbeats after which the heartbeat gives up even though the store answers."""
+EXIT_DEADLINE_S = 15.0
+"""After a failed collective the process is gone within this many seconds, whatever blocks: the
+bound on a hang is the process group timeout + EXIT_DEADLINE_S."""
+DIAGNOSIS_TIMEOUT_S = 2.0
+"""Kept short: srun's --kill-on-bad-exit sends SIGKILL KillWait (30 s by default, as in the sandbox)
+after its SIGTERM, and the requeue and the message must come out before that."""
+_BEAT = "torchslurm/heartbeat/{}"
+_FAILURE = "torchslurm/failure/{}"
+"""Per rank: 1 once it saw a collective fail, 2 once its diagnosis is done."""
+_ERROR = "torchslurm/error/{}"
+"""Per rank: the error it stopped with (one line), when it was not a failed collective."""
+_ADDRESS = re.compile(r"\[(?:::ffff:)?([0-9a-fA-F:.]+)\]:\d+")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Where one rank runs (gathered once at start)."""
+
+    rank: int
+    host: str
+    address: str
+
+
+def peer_address(error_text: str) -> str | None:
+    """The remote IP in a Gloo error ("Connection closed by peer [198.18.0.12]:41234"), if any."""
+    match = _ADDRESS.search(error_text)
+    return match.group(1) if match else None
+
+
+def first_sentence(error_text: str) -> str:
+    """The informative part of a c10d/Gloo error: no `[file.cc:553]` prefix, no advice paragraph."""
+    lines = error_text.strip().splitlines()
+    text = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", lines[0] if lines else "")
+    return text.split(". ")[0].rstrip(".") or "no message"
+
+
+def silent_ranks(before: Mapping[int, int], after: Mapping[int, int],
+                 saw_failure: Collection[int] = ()) -> list[int]:
+    """Ranks whose heartbeat counter did not advance between two reads and that did not report the
+    failure themselves (those are alive: their heartbeat may stop because they already exited)."""
+    return sorted(rank for rank, count in after.items() if before.get(rank) == count and rank not in saw_failure)
+
+
+def describe_ranks(ranks: Sequence[int], peers: Sequence[Peer]) -> str:
+    """'rank 3 on node2 (198.18.0.12)' / 'ranks 2, 3 on node2 (198.18.0.12)', grouped by host."""
+    by_host: dict[str, list[int]] = {}
+    for rank in ranks:
+        peer = peers[rank]
+        by_host.setdefault(f"{peer.host} ({peer.address})", []).append(rank)
+    parts = []
+    for host, group in by_host.items():
+        word = "rank" if len(group) == 1 else "ranks"
+        parts.append(f"{word} {', '.join(map(str, group))} on {host}")
+    return "; ".join(parts)
+
+
+def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int] | None,
+              bound_s: float | None, store: str = "ok", errors: Mapping[int, str] | None = None) -> str:
+    """The root-cause-first message. `silent`: ranks with a stopped heartbeat; None: the store
+    (rank 0's) could not be asked, and `store` says why: 'refused' or 'timeout'. `errors`: what
+    the silent ranks that stopped on an error of their own said."""
+    seen = f"(rank {me.rank} on {me.host} saw: {first_sentence(error)})"
+    if silent is None and store == "refused":
+        cause = (f"rank 0 on {peers[0].host} ({peers[0].address}) died: its host answers but its store "
+                 "refuses connections")
+    elif silent is None:
+        cause = (f"rank 0's host {peers[0].host} ({peers[0].address}) is unreachable from {me.host}: "
+                 "that node or the network between the nodes is down")
+    elif silent:
+        errors = errors or {}
+        failed = [rank for rank in silent if rank in errors]
+        causes = [f"{describe_ranks([rank], peers)} stopped with an error: {errors[rank]} (its log has all of it)"
+                  for rank in failed]
+        if len(failed) < len(silent):
+            causes.append(f"{describe_ranks([r for r in silent if r not in errors], peers)} stopped responding "
+                          "(no heartbeat): the process died (killed, crashed, out of memory) or its node or "
+                          "network went away")
+        cause = "; ".join(causes)
+    else:
+        address = peer_address(error)
+        named = [p.rank for p in peers if address and p.address == address]
+        where = f" with {describe_ranks(named, peers)}" if named else ""
+        cause = f"a collective failed{where} while every rank still has a heartbeat"
+    bound = f" ({bound_s:g} s)" if bound_s is not None else ""
+    return (f"{cause} {seen}. Every rank stops within the process group timeout{bound}. HINT: read the "
+            "first failing rank's log (srun prints 'task N: ...' for it); for a node or network problem "
+            "check `scontrol show node`; the job resumes from its last checkpoint when requeued.")
+
+
+class Watchdog:
+    """Heartbeat thread + failure diagnosis for the current process group (see the module doc)."""
+
+    def __init__(self, ctx: DistContext, interval_s: float = DEFAULT_INTERVAL_S,
+                 bound_s: float | None = None, on_failure: Callable[[], None] | None = None) -> None:
+        self.ctx, self.interval_s = ctx, interval_s
+        self.bound_s = bound_s
+        """The process group timeout, quoted in the message (None: not quoted)."""
+        self.on_failure = on_failure
+        """Called once on a detected failure before raising (e.g. requeue the job)."""
+        self.peers: list[Peer] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _store(self, timeout_s: float = STORE_TIMEOUT_S) -> Store:
+        from torch._C._distributed_c10d import PrefixStore, TCPStore
+
+        env = self.ctx.env
+        store = TCPStore(env.master_addr, env.master_port, is_master=False,
+                         timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+        return PrefixStore(self.ctx.store_prefix, store)
+
+    def start(self) -> None:
+        """Gather every rank's host (one all_gather) and start the heartbeat."""
+        import torch.distributed as dist
+
+        me = Peer(self.ctx.rank, socket.gethostname(), _own_address(self.ctx.env.master_addr))
+        gathered: list[Peer | None] = [None] * self.ctx.world_size
+        try:
+            dist.all_gather_object(gathered, me)
+        except RuntimeError as exc:
+            raise DistributedError(
+                f"rank {self.ctx.rank} on {me.host} could not exchange host names with the other ranks: "
+                f"{first_sentence(str(exc))}. HINT: a peer died or the network between the nodes failed "
+                "during start-up; read the first failing rank's log.", exit_code=1) from exc
+        self.peers = [p for p in gathered if p is not None]
+        store = self._store(HEARTBEAT_TIMEOUT_S)
+        store.add(_BEAT.format(self.ctx.rank), 1)
+        self._thread = threading.Thread(target=self._beat, args=(store,), name="torchslurm-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s)  # a daemon: may stay blocked on a dead store
+
+    def __enter__(self) -> Watchdog:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, DistributedError):
+            # This rank stops on an error of its own (a bad setting, a bug): the ranks that wait for
+            # it in a collective say so instead of "stopped responding".
+            summary = f"{type(exc).__name__}: {first_sentence(str(exc))}"[:300]
+            self._ask_store(lambda store: store.set(_ERROR.format(self.ctx.rank), summary))
+        self.stop()
+
+    def _beat(self, store: Store) -> None:
+        key = _BEAT.format(self.ctx.rank)
+        failures = 0
+        while not self._stop.wait(self.interval_s):
+            try:
+                store.add(key, 1)
+                failures = 0
+            except Exception:
+                # A store that still accepts connections was only slow (a loaded host): a new client,
+                # since a timed-out request leaves the old one out of step. Gone, cut off or failing
+                # every time: the diagnosis says so, and reconnect attempts would each log a C++ stack
+                # trace and load a store that is already slow.
+                failures += 1
+                if failures > MAX_HEARTBEAT_RECONNECTS or self.store_reachability() != "ok" or self._stop.is_set():
+                    logger.debug("heartbeat of rank %d failed; it stops", self.ctx.rank, exc_info=True)
+                    return
+                logger.debug("heartbeat of rank %d timed out; reconnecting", self.ctx.rank, exc_info=True)
+                try:
+                    store = self._store(HEARTBEAT_TIMEOUT_S)
+                except Exception:
+                    return
+
+    def counters(self, key: str = _BEAT) -> dict[int, int] | None:
+        """Every rank's count under `key` (its heartbeat by default), or None when the store cannot
+        be reached."""
+        return self._ask_store(lambda store: {p.rank: int(store.add(key.format(p.rank), 0)) for p in self.peers})
+
+    def _mark_failure_stage(self) -> None:
+        """Tell the others that this rank saw the failure (first call) or finished its diagnosis."""
+        self._ask_store(lambda store: store.add(_FAILURE.format(self.ctx.rank), 1))
+
+    def _errors_of(self, ranks: Sequence[int]) -> dict[int, str]:
+        """What those of `ranks` that stopped on an error of their own posted (see __exit__)."""
+        def read(store: Store) -> dict[int, str]:
+            keys = {rank: _ERROR.format(rank) for rank in ranks}
+            return {rank: store.get(key).decode() for rank, key in keys.items() if store.check([key])}
+        return self._ask_store(read) or {}
+
+    def _ask_store(self, request: Callable[[Store], _T]) -> _T | None:
+        if self.store_reachability() != "ok":  # a failed TCPStore() logs a C++ stack trace: avoid it
+            return None
+        try:
+            return request(self._store(DIAGNOSIS_TIMEOUT_S))
+        except Exception:  # connect/read timeouts surface as RuntimeError, DistStoreError, OSError
+            return None
+
+    def store_reachability(self) -> str:
+        """'ok', 'refused' (rank 0's host answers, its store is gone: rank 0 died) or 'timeout'
+        (the host does not answer: it, or this node, is cut off)."""
+        env = self.ctx.env
+        try:
+            socket.create_connection((env.master_addr, env.master_port), timeout=DIAGNOSIS_TIMEOUT_S).close()
+        except ConnectionRefusedError:
+            return "refused"
+        except OSError:
+            return "timeout"
+        return "ok"
+
+    def diagnose(self, error: BaseException) -> tuple[str, bool]:
+        """(message, whether this rank is the one that reports it in full)."""
+        me = self.peers[self.ctx.rank]
+        self._mark_failure_stage()
+        before = self.counters()
+        time.sleep(2 * self.interval_s)
+        after = self.counters() if before is not None else None
+        stages = self.counters(_FAILURE) if after is not None else None
+        silent = (None if before is None or after is None or stages is None
+                  else silent_ranks(before, after, [rank for rank, stage in stages.items() if stage]))
+        store = self.store_reachability() if silent is None else "ok"
+        errors = self._errors_of(silent) if silent else {}
+        message = diagnosis(me, str(error), self.peers, silent, self.bound_s, store, errors)
+        if silent is None:  # no store, no agreement: the lowest rank other than 0 on each host reports
+            mine = [p.rank for p in self.peers if p.host == me.host and p.rank != 0]
+            reporter = not mine or mine[0] == me.rank
+        else:
+            alive = [p.rank for p in self.peers if p.rank not in silent]
+            reporter = bool(alive) and alive[0] == me.rank
+        return message, reporter
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Turn a failed collective into one DistributedError that names the root cause."""
+        try:
+            yield
+        except RuntimeError as exc:  # DistBackendError and Gloo's errors are RuntimeErrors
+            # The last resort of "never hang": if requeue, diagnosis or the teardown of a process
+            # group with dead peers blocks, exit anyway, with every thread's stack on stderr. A C
+            # thread: it fires even while a blocked call holds the GIL.
+            faulthandler.dump_traceback_later(EXIT_DEADLINE_S, exit=True)
+            logger.info("rank %d: a collective failed (%s); looking for the root cause", self.ctx.rank,
+                        first_sentence(str(exc)))
+            # Requeue first (srun may SIGKILL us during the diagnosis), but not from a node cut off
+            # from rank 0's host: Slurm is likely out of reach too, and the other side requeues.
+            if self.on_failure is not None and self.store_reachability() != "timeout":
+                self.on_failure()
+            message, reporter = self.diagnose(exc)
+            self._mark_failure_stage()
+            if self.ctx.rank == 0 and not self.ctx.env.agent_store:
+                self._wait_for_the_others_diagnoses()
+            if reporter:
+                raise DistributedError(message, exit_code=1) from exc
+            raise DistributedError(
+                f"rank {self.ctx.rank} on {socket.gethostname()} stopped because a peer failed; the root cause "
+                "is in the message of the lowest rank still running. HINT: look for 'stopped responding' or "
+                "'unreachable' in the job log.", exit_code=1) from exc
+
+    def _wait_for_the_others_diagnoses(self) -> None:
+        """Keep rank 0's store up until every rank that is still alive has diagnosed (bounded)."""
+        deadline = time.monotonic() + 2 * self.interval_s + 2 * DIAGNOSIS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            before = self.counters()
+            stages = self.counters(_FAILURE)
+            time.sleep(self.interval_s)
+            after = self.counters()
+            if before is None or stages is None or after is None:
+                return
+            undecided = [rank for rank in range(self.ctx.world_size)
+                         if stages[rank] < 2 and after[rank] != before[rank]]
+            if not undecided:
+                return
+
+
+def _own_address(master: str) -> str:
+    """The local address this host uses to reach the master (UDP connect sends nothing)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((master, 9))
+            return str(sock.getsockname()[0])
+    except OSError:
+        return "?"

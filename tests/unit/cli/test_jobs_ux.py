@@ -1,0 +1,275 @@
+"""Job submission UX: Slurm's flag names, missing scripts and log directories, preemption flags, cancel signals."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+import pytest
+
+from torchslurm.cli import build_parser, main
+
+
+def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += _parsers(sub)
+    return out
+
+
+def test_no_parser_accepts_abbreviated_flags() -> None:
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 10
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+def test_an_abbreviation_of_a_spec_flag_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(["script", "--gpus-per", "8", "t.py"], capsys)
+    assert err.startswith("error: torchslurm script: unrecognized arguments: --gpus-per. HINT:"), err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["script", "--nodes", "2", "--gpus", "8", "train.py"],
+     "error: torchslurm script: --gpus is Slurm's GPU count for the whole job; torchslurm asks per node. "
+     "HINT: use --gpus-per-node N (the job gets --nodes x N GPUs), e.g. --nodes 2 --gpus-per-node 4 for 8 GPUs.\n"),
+    (["script", "--gpus=8", "train.py"], "error: torchslurm script: --gpus is Slurm's GPU count"),
+    (["submit", "-G", "8", "train.py"], "error: torchslurm submit: -G is Slurm's GPU count"),
+    (["script", "--cpus", "4", "train.py"],
+     "error: torchslurm script: --cpus is not a Slurm or torchslurm flag; CPUs are asked per task. "
+     "HINT: use --cpus-per-task N.\n"),
+    (["script", "--ntasks-per-node", "4", "train.py"],
+     "error: torchslurm script: --ntasks-per-node is spelled --tasks-per-node in torchslurm. "
+     "HINT: use --tasks-per-node N.\n"),
+    (["script", "--ntasks", "8", "train.py"], "--ntasks is Slurm's task count for the whole job; torchslurm asks "
+     "per node. HINT: use --tasks-per-node N (the job gets --nodes x N tasks)"),
+    (["script", "-n4", "train.py"], "error: torchslurm script: -n is Slurm's task count for the whole job"),
+    (["submit", "--job-name", "x", "train.py"],
+     "error: torchslurm submit: --job-name is spelled --name in torchslurm (rendered as #SBATCH --job-name). "
+     "HINT: use --name NAME.\n"),
+    (["script", "--mem-per-gpu", "40G", "train.py"],
+     "--mem-per-gpu is not a job spec field; torchslurm asks memory per node. HINT: use --mem SIZE per node"),
+    (["script", "-t", "10", "train.py"], "-t is sbatch's short form of --time. HINT: use --time.\n"),
+    (["script", "--export", "A=1", "train.py"], "HINT: use --env NAME=VALUE (repeatable).\n"),
+    (["script", "--reservation=maint", "train.py"],
+     "error: torchslurm script: --reservation is an sbatch option that the job spec has no field for (nor one "
+     "for raw sbatch options). HINT: render the script (`torchslurm script ... > job.sbatch`), then "
+     "`sbatch --reservation=... job.sbatch`"),
+])
+def test_slurms_own_flag_names_say_which_torchslurm_flag_to_use(argv: list[str], expected: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(argv, capsys)
+    assert expected in err and err.count("HINT:") == 1, err
+
+
+def test_slurm_advice_only_where_the_subcommand_has_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(["logs", "1", "-o", "x"], capsys)
+    assert err.startswith("error: torchslurm logs: unrecognized arguments: -o x. HINT: `torchslurm logs --help`"), err
+
+
+@pytest.fixture
+def no_sbatch(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """SlurmClient.submit records the script instead of running sbatch; job id 42."""
+    submitted: list[Path] = []
+
+    def submit(self: object, script: Path, cwd: Path | None = None) -> str:
+        submitted.append(script)
+        return "42"
+
+    monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.submit", submit)
+    return submitted
+
+
+def test_submit_refuses_a_missing_training_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  no_sbatch: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["submit", "nothere.py"]) == 2
+    err = capsys.readouterr().err
+    assert (f"error: [script-missing] script 'nothere.py' does not exist: checked {tmp_path}/nothere.py; the job "
+            f"would wait in the queue and then fail. HINT: give the training script's path (relative paths are "
+            f"taken from {tmp_path}, where the job runs); if it exists only on the compute nodes, pass --force"
+            ) in err
+    assert no_sbatch == []
+    assert main(["submit", "--force", "nothere.py"]) == 0 and len(no_sbatch) == 1  # only on the nodes: forced
+
+
+def test_script_warns_about_a_missing_training_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["script", "nothere.py"]) == 0
+    out, err = capsys.readouterr()
+    assert "python nothere.py" in out
+    assert (f"warning: [script-missing] script 'nothere.py' does not exist: checked {tmp_path}/nothere.py. HINT: "
+            "give the training script's path; relative paths are taken from the directory you run sbatch in") in err
+    (tmp_path / "train.py").write_text("")
+    assert main(["script", "train.py"]) == 0 and "script-missing" not in capsys.readouterr().err
+
+
+def test_script_warns_about_a_missing_log_directory_like_lint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert main(["script", "--output", f"{tmp_path}/none/dir/%j.out", "--error", "logs/%x/%j.err", "t.py"]) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: [log-dir] --output={tmp_path}/none/dir/%j.out: Slurm does not create {tmp_path}/none/dir/; "
+            f"if it is missing the job fails before printing anything. HINT: mkdir -p {tmp_path}/none/dir before "
+            "sbatch") in err
+    assert "--error" not in err  # %x: Slurm fills it in; lint does not judge it either
+    (tmp_path / "none" / "dir").mkdir(parents=True)
+    assert main(["script", "--output", f"{tmp_path}/none/dir/%j.out", "t.py"]) == 0
+    assert "log-dir" not in capsys.readouterr().err
+
+
+def test_submit_creates_the_log_directory_or_says_why_it_cannot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                no_sbatch: list[Path],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    (tmp_path / "a-file").write_text("")
+    assert main(["submit", "--output", f"{tmp_path}/a-file/logs/%j.out", "t.py"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: output={tmp_path}/a-file/logs/%j.out: cannot create {tmp_path}/a-file/logs/ (Not a directory); "
+        "Slurm does not create it and the job would fail before printing anything. HINT: give a folder you can "
+        "write, e.g. output=logs/%x-%j.out (placed in the run directory).\n")
+    assert no_sbatch == []
+    assert main(["submit", "--output", f"{tmp_path}/new/logs/%j.out", "t.py"]) == 0
+    assert (tmp_path / "new" / "logs").is_dir() and len(no_sbatch) == 1
+    assert main(["submit", "--name", "exp1", "--output", f"{tmp_path}/%x/%%done/%j.out", "t.py"]) == 0
+    assert (tmp_path / "exp1" / "%done").is_dir() and len(no_sbatch) == 2  # %x is the job name; %% a %
+    assert main(["submit", "--output", f"{tmp_path}/%j/out.txt", "t.py"]) == 2
+    assert "its folder holds a placeholder known only once the job runs" in capsys.readouterr().err
+    assert len(no_sbatch) == 2 and not (tmp_path / "%j").exists()
+
+
+def test_preemption_flags_turn_on_preemptible_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert main(["script", "--requeue", "--signal", "USR1", "--grace-s", "300", "--max-requeues", "5", "t.py"]) == 0
+    out, err = capsys.readouterr()
+    assert "#SBATCH --signal=USR1@300\n" in out and "#SBATCH --requeue\n" in out
+    assert "export TORCHSLURM_MAX_REQUEUES=5\n" in out
+    assert ("info: [preemptible-implied] --signal, --grace-s, --requeue, --max-requeues turned on --preemptible: "
+            "the script asks for --signal=USR1@300, --requeue and --open-mode=append. HINT: pass --preemptible "
+            "to say so, or drop --signal, --grace-s, --requeue, --max-requeues for a job that is not preemptible"
+            ) in err
+    assert main(["script", "--preemptible", "--signal", "USR1", "t.py"]) == 0
+    assert "preemptible-implied" not in capsys.readouterr().err
+
+
+def test_preemption_flags_where_preemptible_is_off_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert main(["script", "--no-preemptible", "--signal", "USR1", "t.py"]) == 0
+    out, err = capsys.readouterr()
+    assert "--signal" not in out
+    assert ("warning: [preemption-off] --signal takes effect only for a preemptible job, and preemptible is off; "
+            "the script has no #SBATCH --signal or --requeue. HINT: pass --preemptible (preemptible: true in the "
+            "spec file), or drop them") in err
+    (tmp_path / "s.yaml").write_text("script: t.py\npreemptible: false\ngrace_s: 200\n")
+    assert main(["script", "--spec", "s.yaml", "--no-requeue"]) == 0
+    assert "warning: [preemption-off] grace_s (in s.yaml), --no-requeue take effect only" in capsys.readouterr().err
+
+
+def _help(command: str, flag: str) -> str:
+    sub = next(p for p in _parsers(build_parser()) if p.prog == f"torchslurm {command}")
+    return str(sub._option_string_actions[flag].help)
+
+
+@pytest.mark.parametrize("command", ["script", "submit"])
+@pytest.mark.parametrize("flag", ["--signal", "--grace-s", "--requeue", "--max-requeues"])
+def test_the_help_of_preemption_flags_says_they_turn_it_on(command: str, flag: str) -> None:
+    assert _help(command, flag).endswith(" Given as a flag, it turns on --preemptible (unless --no-preemptible).")
+
+
+@pytest.fixture
+def cancels(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
+    calls: list[tuple[str, str | None]] = []
+    monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.cancel",
+                        lambda self, job, signal=None: calls.append((job, signal)))
+    return calls
+
+
+def test_cancel_checks_the_signal_before_scancel(cancels: list[tuple[str, str | None]],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cancel", "123", "--signal", "FOO"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --signal='FOO' is not a signal scancel knows. HINT: use one of HUP, INT, QUIT, ABRT, KILL, ALRM, "
+        "TERM, USR1, USR2, URG, CONT, STOP, TSTP, TTIN, TTOU, XCPU (SIG prefix optional) or a signal number; a "
+        "preemptible job checkpoints and stops on its spec's signal (USR2 by default).\n")
+    assert main(["cancel", "123", "--signal", "0"]) == 2 and cancels == []
+    assert main(["cancel", "123", "--signal", "sigusr2"]) == 0
+    assert main(["cancel", "123", "--signal", "10"]) == 0
+    assert main(["cancel", "123"]) == 0
+    assert cancels == [("123", "USR2"), ("123", "10"), ("123", None)]
+    assert capsys.readouterr().out == "job 123: sent USR2\njob 123: sent 10\njob 123: cancel requested\n"
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "cancel", "script", "submit"])
+def test_job_commands_have_a_description(command: str) -> None:
+    sub = next(p for p in _parsers(build_parser()) if p.prog == f"torchslurm {command}")
+    assert sub.description and len(sub.description) > 60, command
+
+
+@pytest.mark.parametrize("flag, listed", [("--launch", "{srun,torchrun}"), ("--backend", "{auto,gloo,nccl}"),
+                                          ("--gpu-flag", "{gpus-per-node,gres}"),
+                                          ("--signal", "{USR1,USR2,TERM,INT,HUP,URG}")])
+def test_help_lists_the_choices(flag: str, listed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    assert f"  {flag} {listed}\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["script"], ["script", "--nodes", "2", "--name", "a b"], ["submit", "--nodes", "2"]])
+def test_no_script_hint_quotes_the_command_that_was_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    command = shlex.join(["torchslurm", *argv])
+    assert capsys.readouterr().err == (f"error: no `script` in flags. HINT: give the training script after the flags "
+                                       f"(`{command} train.py`) or as `script: train.py` in the --spec file.\n")
+
+
+def test_spec_errors_name_flags_as_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert main(["script", "--gpus-per-node=-2", "--nodes", "0", "t.py"]) == 2
+    assert capsys.readouterr().err == (
+        "error: 2 invalid settings:\n"
+        "  --nodes=0 is below 1. HINT: set --nodes to at least 1.\n"
+        "  --gpus-per-node=-2 is below 0. HINT: set --gpus-per-node to at least 0.\n")
+    assert main(["script", "--gpus-per-node", "4", "--tasks-per-node", "1", "t.py"]) == 2
+    assert ("error: [tasks-vs-gpus] --launch=srun runs one rank per Slurm task, but --tasks-per-node=1 and "
+            "--gpus-per-node=4. HINT: set --tasks-per-node 4, or use --launch torchrun with --tasks-per-node 1."
+            ) in capsys.readouterr().err
+    assert main(["script", "--preemptible", "--no-requeue", "--time", "10", "t.py"]) == 0
+    assert ("warning: [no-requeue] preemptible with --no-requeue: after the checkpoint the job ends instead of "
+            "continuing. HINT: set --requeue.") in capsys.readouterr().err
+
+
+def test_spec_errors_name_spec_file_keys_as_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    (tmp_path / "job.yaml").write_text("script: t.py\ngpus_per_node: 4\nnodes: 0\n")
+    assert main(["script", "--spec", "job.yaml", "--gpus-per-node=-2"]) == 2
+    assert capsys.readouterr().err == (
+        "error: 2 invalid settings:\n"
+        "  nodes=0 is below 1. HINT: set nodes to at least 1.\n"
+        "  --gpus-per-node=-2 is below 0. HINT: set --gpus-per-node to at least 0.\n")
+    (tmp_path / "job.yaml").write_text("script: t.py\ngpus_per_node: 4\nbackend: gloo\n")
+    assert main(["script", "--spec", "job.yaml", "--tasks-per-node", "1"]) == 2
+    err = capsys.readouterr().err
+    assert ("but --tasks-per-node=1 and gpus_per_node=4. HINT: set --tasks-per-node 4, or use --launch torchrun "
+            "with --tasks-per-node 1.") in err
+    assert ("warning: [gloo-with-gpu] backend=gloo with gpus_per_node=4: gradients go through CPU memory, much "
+            "slower than NCCL. HINT: use backend: auto (NCCL on GPUs).") in err  # set in the file: a key

@@ -1,0 +1,253 @@
+"""SlurmClient and its parsers on outputs recorded from the sandbox's Slurm 22.05.8
+(tests/fixtures/slurm_output/, rewritten by TORCHSLURM_RECORD_FIXTURES=1 on the cluster tests),
+plus the job CLI commands with torch blocked."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchslurm.errors import ConfigError, SlurmError
+from torchslurm.jobs.slurm import SlurmClient, parse_job_id, parse_scontrol, parse_squeue, status_from_scontrol
+from torchslurm.jobs.spec import parse_slurm_version
+from torchslurm.jobs.submit import Job, filter_rank, rank_output_for
+
+OUT = Path(__file__).parents[2] / "fixtures" / "slurm_output"
+
+WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def fixture(name: str) -> str:
+    return (OUT / name).read_text()
+
+
+class FakeRun:
+    """Answers each command with a recorded output; remembers the argv it got."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers, self.calls = answers, []  # type: ignore[var-annotated]
+
+    def __call__(self, argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        code, out, err = self.answers[argv[0]]
+        return subprocess.CompletedProcess(list(argv), code, out, err)
+
+
+def test_parse_job_id() -> None:
+    assert parse_job_id(fixture("sbatch_parsable.txt")) == "3"
+    assert parse_job_id("42;cluster2\n") == "42"
+    with pytest.raises(SlurmError, match=r"sbatch --parsable printed 'Submitted batch job 4', expected a job id"):
+        parse_job_id("Submitted batch job 4")
+
+
+def test_parse_squeue_running_and_pending() -> None:
+    (running,) = parse_squeue(fixture("squeue_running.txt"))
+    assert (running.job_id, running.state, running.nodes, running.reason, running.name) == (
+        "1", "RUNNING", "2", "node[1-2]", "probe")
+    (pending,) = parse_squeue(fixture("squeue_pending.txt"))
+    assert (pending.state, pending.reason, pending.time_limit, pending.finished) == (
+        "PENDING", "JobHeldUser", "UNLIMITED", False)
+    assert [(r.job_id, r.name) for r in parse_squeue(fixture("squeue_user.txt"))] == [("2", "to-cancel")]
+    two = parse_squeue(fixture("squeue_running.txt") + fixture("squeue_pending.txt"))
+    assert [r.state for r in two] == ["RUNNING", "PENDING"]
+
+
+def test_parse_squeue_rejects_other_formats() -> None:
+    with pytest.raises(SlurmError, match=r"expected 7 tab-separated fields.*HINT: an SQUEUE_FORMAT variable"):
+        parse_squeue("JOBID PARTITION NAME\n")
+
+
+def test_scontrol_one_line_and_multi_line_forms_agree() -> None:
+    one = parse_scontrol(fixture("scontrol_running.txt"))
+    multi = parse_scontrol(fixture("scontrol_completed.txt"))
+    assert set(one) == set(multi)
+    st = status_from_scontrol(multi)
+    assert (st.job_id, st.name, st.state, st.exit_code, st.nodes, st.succeeded) == (
+        "1", "probe", "COMPLETED", "0:0", "node[1-2]", True)
+    assert st.stdout.endswith("/probe-1.out") and one["AllocNode:Sid"] == "localhost:2876"
+    assert one["NtasksPerN:B:S:C"] == "2:0:*:*" and one["Power"] == ""
+
+
+def test_cancelled_status() -> None:
+    st = status_from_scontrol(parse_scontrol(fixture("scontrol_cancelled.txt")))
+    assert (st.state, st.exit_code, st.finished, st.succeeded) == ("CANCELLED", "0:15", True, False)
+
+
+def test_values_with_spaces() -> None:
+    fields = parse_scontrol("JobId=9 JobName=a b c UserId=root(0) Reason=None StdOut=/x y/o.out Power=")
+    assert (fields["JobName"], fields["StdOut"], fields["Power"]) == ("a b c", "/x y/o.out", "")
+
+
+def test_version() -> None:
+    assert parse_slurm_version(fixture("sbatch_version.txt")) == (22, 5)
+
+
+def test_client_submit_and_errors() -> None:
+    run = FakeRun({"sbatch": (0, fixture("sbatch_parsable.txt"), "")})
+    assert SlurmClient(run=run).submit(Path("/r/job.sbatch")) == "3"
+    assert run.calls == [["sbatch", "--parsable", "/r/job.sbatch"]]
+    bad = FakeRun({"sbatch": (1, "", "sbatch: error: Batch job submission failed: Invalid partition name")})
+    with pytest.raises(SlurmError, match=r"sbatch --parsable /r/job.sbatch failed \(1\): sbatch: error: Batch "
+                                         r"job submission failed: Invalid partition name\. HINT"):
+        SlurmClient(run=bad).submit(Path("/r/job.sbatch"))
+
+
+def test_client_queue_of_a_job_that_left() -> None:
+    run = FakeRun({"squeue": (1, "", fixture("squeue_invalid_job.stderr"))})
+    assert SlurmClient(run=run).queue("999999") == []
+    with pytest.raises(SlurmError, match=r"squeue failed \(1\): slurm_load_jobs error: Invalid job id.*HINT: the "
+                                         "message above is Slurm's"):
+        SlurmClient(run=run).queue()
+
+
+@pytest.mark.parametrize("command, recorded", [("squeue", "squeue_no_controller.stderr"),
+                                               ("scontrol", "scontrol_no_config.stderr")])
+def test_no_controller_or_no_config_is_said_so_not_blamed_on_the_job(command: str, recorded: str) -> None:
+    client = SlurmClient(run=FakeRun({command: (1, "", fixture(recorded))}))
+    with pytest.raises(SlurmError, match=r"HINT: Slurm's controller cannot be reached from here: check that "
+                                         r"SLURM_CONF .* `torchslurm sandbox up`") as raised:
+        client.queue() if command == "squeue" else client.status("12345")
+    assert "unknown to Slurm" not in str(raised.value)
+
+
+@pytest.mark.parametrize("job_id", ["notajob", "12 34", "-1", "12345;rm", "", "١٢٣", "12345_[1-3"])
+def test_a_malformed_job_id_is_refused_before_slurm_runs(job_id: str) -> None:
+    run = FakeRun({})
+    for call in (lambda c: c.status(job_id), lambda c: c.cancel(job_id), lambda c: c.queue(job_id)):
+        with pytest.raises(SlurmError, match=rf"job id {re.escape(repr(job_id))} is not a Slurm job id: expected "
+                                             r"digits.*HINT: `torchslurm status` lists"):
+            call(SlurmClient(run=run))
+    assert run.calls == []
+    for good in ("12345", "12345_7", "12345_[1-3,5]", "12345+1"):
+        SlurmClient(run=FakeRun({"scancel": (0, "", "")})).cancel(good)
+
+
+def test_client_status_and_cancel() -> None:
+    run = FakeRun({"scontrol": (0, fixture("scontrol_cancelled.txt"), ""), "scancel": (0, "", "")})
+    client = SlurmClient(run=run)
+    assert client.status("2").state == "CANCELLED"
+    client.cancel("2", signal="USR2")
+    assert run.calls[-1] == ["scancel", "--signal=USR2", "2"]
+    gone = FakeRun({"scontrol": (1, "", "slurm_load_jobs error: Invalid job id specified")})
+    with pytest.raises(SlurmError, match=r"job 77 is unknown to Slurm.*HINT: it may have finished more than "
+                                         "MinJobAge ago"):
+        SlurmClient(run=gone).status("77")
+
+
+def test_missing_binary_is_a_slurm_error() -> None:
+    from torchslurm.jobs.slurm import run_command
+
+    with pytest.raises(SlurmError, match=r"sbatch-not-here not found on PATH\. HINT: run this on a Slurm"):
+        run_command(["sbatch-not-here", "--version"])
+
+
+def test_job_wait_uses_clock_and_times_out() -> None:
+    running = fixture("scontrol_running.txt")
+    run = FakeRun({"scontrol": (0, running, "")})
+    now = [0.0]
+    job = Job("1", SlurmClient(run=run))
+    with pytest.raises(SlurmError, match=r"job 1 still RUNNING after 5 s"):
+        job.wait(timeout_s=5, poll_s=1, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
+
+
+def test_logs_by_rank(tmp_path: Path) -> None:
+    recorded = fixture("scontrol_completed.txt")
+    text = recorded.replace(str(Path(parse_scontrol(recorded)["StdOut"]).parent), str(tmp_path))
+    out = tmp_path / "probe-1.out"
+    out.write_text("0: rank 0 up\n 1: rank 1 up\n10: rank 10 up\n1: bye\n")
+    job = Job("1", SlurmClient(run=FakeRun({"scontrol": (0, text, "")})))
+    assert job.logs(1) == "rank 1 up\nbye\n"
+    assert filter_rank(out.read_text(), 10) == "rank 10 up\n"
+    (tmp_path / "probe-1-rank1.out").write_text("only rank 1\n")
+    assert rank_output_for(str(out)) == f"{tmp_path}/probe-1-rank%t.out"
+    assert job.logs(1) == "only rank 1\n"
+    with pytest.raises(ConfigError, match=r"--rank=-1 is negative\. HINT: ranks count from 0"):
+        job.logs(-1)
+
+
+def test_script_lint_submit_work_without_torch(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    script = without_torch("script", "--nodes", "2", "--gpus-per-node", "4", "train.py", "--lr", "1", cwd=tmp_path)
+    assert script.returncode == 0, script.stderr
+    assert "#SBATCH --ntasks-per-node=4" in script.stdout and "python train.py --lr 1" in script.stdout
+    (tmp_path / "job.sbatch").write_text(script.stdout)
+    lint = without_torch("lint", "job.sbatch", cwd=tmp_path)
+    assert (lint.returncode, lint.stdout) == (0, "job.sbatch: ok\n"), lint.stderr
+    # submit needs sbatch: a stand-in that prints what the real one printed (the real one: cluster tests)
+    (tmp_path / "train.py").write_text("")  # submit refuses a script that is not there
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 3\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    submit = without_torch("submit", "--name", "t", "train.py", cwd=tmp_path, path=f"{bin_dir}:/usr/bin:/bin")
+    assert submit.returncode == 0, submit.stderr
+    assert "submitted job 3" in submit.stdout and f"output: {tmp_path}/torchslurm-runs/t/t-3.out" in submit.stdout
+    assert (tmp_path / "torchslurm-runs" / "t" / "t.sbatch").exists()
+
+
+def test_lint_cli_exit_code_on_errors(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    seed = Path(__file__).parents[2] / "fixtures" / "seed_scripts" / "seed000_pytorch_distributed.sbatch"
+    result = without_torch("lint", str(seed), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "error: [fixed-master-port] line 17: MASTER_PORT=12355 is fixed" in result.stdout
+
+
+def test_script_cli_refuses_errors(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    result = without_torch("script", "--gpus-per-node", "4", "--tasks-per-node", "1", "t.py", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "error: [tasks-vs-gpus]" in result.stderr and "HINT: set --tasks-per-node 4" in result.stderr
+
+
+def test_slurm_flags_after_the_script_are_refused_unless_forced(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    result = without_torch("script", "t.py", "--nodes", "4", "--lr", "0.1", "--time=10", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert ("error: [misplaced-flag] --nodes comes after t.py, so t.py gets it and the job spec does not. "
+            "HINT: put torchslurm's flags before the script (--nodes ... t.py ...); if t.py itself takes "
+            "--nodes, give --force before t.py") in result.stderr
+    assert "[misplaced-flag] --time comes after t.py" in result.stderr and "--lr" not in result.stderr
+    forced = without_torch("script", "--force", "t.py", "--nodes", "4", cwd=tmp_path)
+    assert forced.returncode == 0 and "t.py --nodes 4" in forced.stdout and "--nodes=1" in forced.stdout
+    placed = without_torch("script", "--nodes", "4", "t.py", "--lr", "0.1", cwd=tmp_path)
+    assert placed.returncode == 0 and "--nodes=4" in placed.stdout and "misplaced" not in placed.stderr
+
+
+def test_a_setup_line_that_breaks_bash_is_an_error_before_sbatch(tmp_path: Path, without_torch: WithoutTorch) -> None:
+    broken = without_torch("script", "--setup", 'echo "hi', "t.py", cwd=tmp_path, path="/usr/bin:/bin")
+    assert broken.returncode == 2 and broken.stdout == ""
+    assert "error: [shell-syntax] the rendered script is not valid bash: bash: line " in broken.stderr
+    assert "unexpected EOF while looking for matching" in broken.stderr
+    assert "HINT: check the setup lines" in broken.stderr and "`torchslurm script --force ...`" in broken.stderr
+    fine = without_torch("script", "--setup", 'echo "hi"', "--env", 'A=b"c', "t.py", cwd=tmp_path, path="/usr/bin:/bin")
+    assert fine.returncode == 0 and "shell-syntax" not in fine.stderr
+
+
+def test_show_job_takes_the_first_record_of_an_array() -> None:
+    line = fixture("scontrol_running.txt").strip()
+    two = line + "\n" + line.replace("JobId=1 ", "JobId=7 ") + "\n"
+    assert SlurmClient(run=FakeRun({"scontrol": (0, two, "")})).show_job("1")["JobId"] == "1"
+
+
+@pytest.mark.parametrize("command", ["script", "submit", "status", "logs", "cancel", "lint"])
+def test_help_without_torch(command: str, tmp_path: Path, without_torch: WithoutTorch) -> None:
+    result = without_torch(command, "--help", cwd=tmp_path)
+    assert result.returncode == 0 and "usage: torchslurm" in result.stdout, result.stderr
+
+
+def test_the_python_api_refuses_a_missing_script_before_sbatch(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchslurm.jobs.spec import JobSpec
+    from torchslurm.jobs.submit import submit
+
+    run = FakeRun({"sbatch": (0, "42\n", "")})
+    monkeypatch.chdir(tmp_path)
+    spec = JobSpec(script="nothere.py")
+    with pytest.raises(ConfigError, match=r"\[script-missing\] script 'nothere.py' does not exist: checked "
+                                          rf"{tmp_path}/nothere.py.*force=True from Python"):
+        submit(spec, client=SlurmClient(run=run))
+    assert run.calls == []
+    assert submit(spec, client=SlurmClient(run=run), force=True).id == "42"  # a file only the nodes have
+    assert run.calls[0][0] == "sbatch"

@@ -1,0 +1,126 @@
+"""lint_parse: commands read with bash's quoting, options with sbatch's and srun's getopt tables."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from torchslurm.lint.options import SBATCH, SRUN
+from torchslurm.lint.parse import commands, logical_lines, parse, parse_options
+
+
+def test_continuations_and_quoted_multiline_joined() -> None:
+    lines = logical_lines("srun \\\n  python a.py\nbash -c '\necho 1\n'\nls\n")
+    assert [n for n, _ in lines] == [1, 3, 6]
+    assert lines[0][1] == "srun   python a.py"  # bash drops backslash-newline outside quotes
+
+
+def test_continuation_inside_double_quotes_stays_in_the_string() -> None:
+    text = 'srun -K bash -c "cd /x && python t.py \\\n --lr 0.1"\necho done\n'
+    assert [n for n, _ in logical_lines(text)] == [1, 3]
+
+
+def test_hash_inside_a_multiline_quote_is_not_a_comment() -> None:
+    text = "srun bash -c '\n# set up\npython t.py\n'\nls\n"
+    assert [n for n, _ in logical_lines(text)] == [1, 5]
+
+
+def test_comment_with_an_apostrophe_does_not_open_a_quote() -> None:
+    assert [n for n, _ in logical_lines("srun python t.py  # it's here\nls\n")] == [1, 2]
+
+
+HEREDOC_SCRIPTS = [
+    "echo L1\ncat >/dev/null <<EOF\necho no; srun x\nit's\nEOF\necho L6\n",
+    "echo L1\ncat >/dev/null <<-'END' # a comment\n\techo no\n\tEND\necho L5\n",
+    'cat >/dev/null <<"A" && cat >/dev/null <<B\necho no\nA\necho no\nB\necho L6\n',
+    "cat >/dev/null <<EOF\necho no\n",  # no delimiter line: the body runs to the end (bash warns)
+    "cat <<< 'echo here-string' >/dev/null\necho L2\necho L3 $(( 1 << 2 ))\necho L4\n",
+    "echo L1 $'it\\'s' ; echo L1b\necho L2 \"$'\"\necho L3\n",
+]
+
+
+@pytest.mark.parametrize("text", HEREDOC_SCRIPTS)
+def test_heredoc_bodies_and_ansi_c_quotes_are_read_as_bash_reads_them(text: str, tmp_path: Path) -> None:
+    """The commands lint sees are those bash runs: each `echo Ln` names its own line."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    script = tmp_path / "s.sh"
+    script.write_text(text)
+    ran = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, check=False)
+    markers = [line.split()[0] for line in ran.stdout.splitlines() if line.startswith("L")]
+    seen = [(number, part) for number, line in logical_lines(text) for part in commands(line)]
+    assert [part.split()[1] for _, part in seen if part.startswith("echo L")] == markers
+    assert all(part.split()[1].rstrip("b") == f"L{number}" for number, part in seen if part.startswith("echo L"))
+    assert not [part for _, part in seen if part.startswith(("echo no", "srun"))]
+
+
+def test_a_heredoc_body_is_not_linted_but_the_command_after_it_is() -> None:
+    script = parse("#!/bin/bash\n#SBATCH -N 2\ncat > cfg <<EOF\nsrun python a.py\n#SBATCH -N 4\nEOF\n"
+                   "srun -K python b.py\nsrun -N1 bash -c 'cat > c <<X\npython c.py\nX\npython d.py'\n")
+    found = [(launch.line, launch.srun_opts) for launch in script.launches]
+    assert found == [(7, {"kill-on-bad-exit": ""}), (11, {"nodes": "1"})]
+    assert script.late_directives == [] and script.directives == {"nodes": "2"}
+
+
+@pytest.mark.parametrize(("line", "parts"), [
+    ('srun bash -c "cd /x && python t.py"', ['srun bash -c "cd /x && python t.py"']),
+    ("cd /x && srun python t.py; echo 'a;b' || true", ["cd /x", "srun python t.py", "echo 'a;b'", "true"]),
+    ("srun python t.py 2>&1 | tee log &> all", ["srun python t.py 2>&1", "tee log &> all"]),
+    ("srun a & srun b & wait", ["srun a", "srun b", "wait"]),
+    ("srun python t.py # a; b", ["srun python t.py # a; b"]),
+])
+def test_commands_split_outside_quotes_only(line: str, parts: list[str]) -> None:
+    assert commands(line) == parts
+
+
+@pytest.mark.parametrize(("words", "opts", "rest"), [
+    ("--ntasks 4 python t.py", [("ntasks", "4")], ["python", "t.py"]),
+    ("--label --kill-on-bad-exit python t.py", [("label", ""), ("kill-on-bad-exit", "")], ["python", "t.py"]),
+    ("-lK1 -N2 -n 8 python", [("l", ""), ("kill-on-bad-exit", "1"), ("nodes", "2"), ("ntasks", "8")], ["python"]),
+    ("-K python", [("kill-on-bad-exit", "")], ["python"]),
+    ("--export ALL -- python -u", [("export", "ALL")], ["python", "-u"]),
+])
+def test_srun_options_end_at_the_command(words: str, opts: list[tuple[str, str]], rest: list[str]) -> None:
+    assert parse_options(words.split(), SRUN, True) == (opts, rest)
+
+
+def test_sbatch_option_that_takes_a_value_takes_the_next_word_whatever_it_is() -> None:
+    assert parse_options(["-N", "4", "--nodes", "-1", "--requeue", "--time", "10"], SBATCH, False) == (
+        [("nodes", "4"), ("nodes", "-1"), ("requeue", ""), ("time", "10")], [])
+
+
+def test_commands_inside_srun_bash_c_run_under_that_srun() -> None:
+    script = parse('#!/bin/bash\n#SBATCH -N 2\nsrun --kill-on-bad-exit=1 -l bash -c "export X=1; python t.py"\n')
+    (launch,) = script.launches
+    assert (launch.line, launch.under_srun, launch.srun_opts) == (3, True, {"kill-on-bad-exit": "1", "l": ""})
+    assert script.task_exports == {"X": (3, "1")} and script.exports == {}
+
+
+def test_every_directive_kept_with_its_line_and_late_ones_noted() -> None:
+    script = parse("#!/bin/bash\n#SBATCH -N 4\n#SBATCH --nodes=-1\necho hi\n#SBATCH --nodes=8\n")
+    assert script.directives == {"nodes": "-1"}
+    assert script.directive_list == [(2, "nodes", "4"), (3, "nodes", "-1")]
+    assert script.late_directives == [5]
+
+
+def test_shell_keywords_before_a_command() -> None:
+    script = parse("#!/bin/bash\nif true; then srun python t.py; fi\ntime python u.py\n")
+    assert [(ln.line, ln.under_srun) for ln in script.launches] == [(2, True), (3, False)]
+
+
+def test_sbatch_long_options_cover_what_sbatch_help_lists(tmp_path: Path) -> None:
+    """Every option `sbatch --help` and `--usage` name is in the table (sbatch reads a config file first)."""
+    if shutil.which("sbatch") is None:
+        pytest.skip("sbatch is not installed")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=lint\nSlurmctldHost=localhost\n")
+    env = {"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"}
+    text = "".join(subprocess.run([shutil.which("sbatch") or "sbatch", flag], capture_output=True, text=True,
+                                  timeout=30, check=False, env=env).stdout for flag in ("--help", "--usage"))
+    named = set(re.findall(r"--([a-z][a-z0-9-]*)", text))
+    assert len(named) > 80 and named <= SBATCH.long_names
+    assert set(re.findall(r"^\s+-([a-zA-Z]),", text, re.MULTILINE)) <= set(SBATCH.short_names)

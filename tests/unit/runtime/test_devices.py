@@ -1,0 +1,123 @@
+"""torchslurm.runtime.devices: every environment slurmd gave a task in slurm-lab.md §4, plus pure cases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchslurm.errors import ConfigError
+from torchslurm.runtime.devices import DeviceChoice, choose_device, per_task_binding
+
+FIXTURES = Path(__file__).parents[2] / "fixtures"
+
+
+def _cases(folder: str) -> list[Any]:
+    cases = []
+    for path in sorted((FIXTURES / folder).glob("*.json")):
+        data = json.loads(path.read_text())
+        for number, task in enumerate(data.get("tasks", [])):
+            if "expect" in task:
+                cases.append(pytest.param(task, id=f"{path.stem}-task{number}"))
+    return cases
+
+
+GPU_ENV_CASES = _cases("gpu_env")  # slurm-lab.md §4, row by row
+SANDBOX_CASES = _cases("slurm_env")  # recorded on the sandbox cluster by tests/cluster/test_runtime_e2e.py
+
+
+def test_every_lab_row_has_a_fixture() -> None:
+    assert len(list((FIXTURES / "gpu_env").glob("*.json"))) == 26
+    assert len(GPU_ENV_CASES) == 92
+    assert len(SANDBOX_CASES) >= 16
+
+
+@pytest.mark.parametrize("task", GPU_ENV_CASES + SANDBOX_CASES)
+def test_recorded_slurm_gpu_environments(task: dict[str, Any]) -> None:
+    args = (task["environ"], task["local_rank"], task["local_world_size"], task["cuda_device_count"])
+    expect = task["expect"]
+    if "error" in expect:
+        with pytest.raises(ConfigError, match=expect["error"]):
+            choose_device(*args)
+        return
+    choice = choose_device(*args)
+    assert (choice.kind, choice.index) == (expect["kind"], expect["index"]), choice.reason
+
+
+STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_LOCALID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
+
+
+def test_no_gpu_is_cpu() -> None:
+    choice = choose_device({"CUDA_VISIBLE_DEVICES": ""}, 1, 2, 0)
+    assert choice == DeviceChoice("cpu", -1, "no CUDA device is visible (CUDA_VISIBLE_DEVICES ''); using CPU")
+    assert choice.name == "cpu"
+
+
+def test_all_visible_uses_local_rank() -> None:
+    choice = choose_device({}, 3, 4, 4)
+    assert (choice.name, choice.reason) == ("cuda:3", "cuda:3 of 4 visible: all 4 ranks of the node see the "
+                                            "same GPUs; local rank 3")
+
+
+def test_more_ranks_than_gpus_is_an_error_with_the_fix() -> None:
+    with pytest.raises(ConfigError) as caught:
+        choose_device({**STEP, "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_GPUS_ON_NODE": "2"}, 3, 4, 2)
+    message = str(caught.value)
+    assert "4 ranks share the 2 CUDA device(s) visible here (CUDA_VISIBLE_DEVICES='0,1'" in message
+    assert "HINT: request one GPU per rank (--gpus-per-node=4, or --gpus-per-task=1)" in message
+    assert "--ntasks-per-node=2 under srun, --nproc 2 locally" in message
+
+
+def test_two_tasks_on_one_shared_gpu_fail_even_for_local_rank_zero() -> None:
+    with pytest.raises(ConfigError, match="2 ranks share the 1 CUDA device"):
+        choose_device({**STEP, "CUDA_VISIBLE_DEVICES": "0", "SLURM_GPUS_ON_NODE": "1"}, 0, 2, 1)
+
+
+def test_physical_index_in_cvd_is_never_used() -> None:
+    env = {**STEP, "CUDA_VISIBLE_DEVICES": "3", "SLURMD_TRES_BIND": "gpu:map_gpu:3,1"}
+    assert choose_device(env, 0, 2, 1).name == "cuda:0"
+
+
+def test_gpu_bind_closest_is_a_shared_view() -> None:
+    env = {**STEP, "CUDA_VISIBLE_DEVICES": "0,1", "SLURMD_TRES_BIND": "gpu:closest", "SLURM_GPUS_ON_NODE": "2"}
+    assert per_task_binding(env, 2) is None
+    with pytest.raises(ConfigError):
+        choose_device(env, 1, 4, 2)
+
+
+def test_gpu_bind_verbose_prefix_still_binds() -> None:
+    env = {**STEP, "CUDA_VISIBLE_DEVICES": "1", "SLURM_GPU_BIND": "verbose,per_task:1"}
+    assert per_task_binding(env, 1) == "SLURM_GPU_BIND=verbose,per_task:1 binds GPUs per task"
+
+
+def test_batch_shell_ignores_task_binding_variables() -> None:
+    shell = {"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_GPUS_PER_TASK": "1"}
+    assert per_task_binding(shell, 2) is None
+    assert choose_device(shell, 0, 1, 2).name == "cuda:0"
+
+
+def test_torchrun_inside_a_per_task_srun_step_uses_its_local_rank() -> None:
+    env = {**STEP, "TORCHELASTIC_RUN_ID": "7", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+           "CUDA_VISIBLE_DEVICES": "4,5,6,7", "SLURMD_TRES_BIND": "gpu:per_task:4"}
+    assert choose_device(env, 2, 4, 4).name == "cuda:2"
+    with pytest.raises(ConfigError, match="5 ranks share the 4"):
+        choose_device(env, 4, 5, 4)
+
+
+def test_torchrun_in_two_srun_tasks_of_one_node_offsets_by_task() -> None:
+    env = {**STEP, "TORCHELASTIC_RUN_ID": "7", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_GPUS_ON_NODE": "4"}
+    # srun task 1 (SLURM_LOCALID=1) runs torchrun with 2 workers: its local rank 0 takes GPU 2.
+    assert choose_device(env, 0, 2, 4).name == "cuda:2"
+    assert choose_device(env, 1, 2, 4).name == "cuda:3"
+    with pytest.raises(ConfigError, match="6 ranks share the 4"):
+        choose_device(env, 0, 3, 4)
+
+
+def test_gpus_on_node_above_visible_count_means_per_task() -> None:
+    env = {**STEP, "CUDA_VISIBLE_DEVICES": "0", "SLURM_GPUS_ON_NODE": "2"}
+    assert per_task_binding(env, 1) == "SLURM_GPUS_ON_NODE=2 but this task sees 1"
+    assert choose_device(env, 1, 2, 1).name == "cuda:0"
+

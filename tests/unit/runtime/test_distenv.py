@@ -1,0 +1,186 @@
+"""distenv.detect on plain environment dicts, shaped like what srun/sbatch/torchrun really set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torchslurm.errors import EnvError
+from torchslurm.runtime.distenv import PORT_BASE, PORT_SPAN, STEP_SLOTS, derived_port, detect
+
+
+def no_port() -> int:
+    raise AssertionError("a Slurm job must not need a free local port")
+
+
+# One srun task (rank 3) of `sbatch --nodes=2 --ntasks-per-node=2` + `srun python ...`.
+SRUN_TASK = {
+    "SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
+    "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+    "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4", "SLURM_NNODES": "2", "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_STEP_NODELIST": "node[1-2]", "SLURMD_NODENAME": "node2",
+}
+
+BATCH_SHELL = {
+    "SLURM_JOB_ID": "4243", "SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NODELIST": "node[1-2]",
+    "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURMD_NODENAME": "node1",
+}
+
+TORCHRUN_IN_SRUN = {
+    **SRUN_TASK,
+    "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_TASKS_PER_NODE": "1(x2)",
+    "TORCHELASTIC_RUN_ID": "4242", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
+    "MASTER_ADDR": "node1", "MASTER_PORT": "41000",
+}
+
+
+def test_srun_task_placement() -> None:
+    env = detect(SRUN_TASK, free_port=no_port)
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (3, 1, 4, 2)
+    assert (env.node_rank, env.num_nodes, env.master_addr, env.launcher) == (1, 2, "node1", "srun")
+    assert env.master_port == derived_port("4242", "0")
+    assert env.job_id == "4242" and "srun task 3 of 4" in env.reason
+
+
+def test_step_nodelist_wins_over_job_nodelist() -> None:
+    # A step on a subset of the job's nodes: rank 0 runs on the step's first node.
+    env = detect({**SRUN_TASK, "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_STEP_NODELIST": "node[3-4]"},
+                 free_port=no_port)
+    assert env.master_addr == "node3"
+
+
+def test_uneven_tasks_per_node() -> None:
+    env = detect({**SRUN_TASK, "SLURM_PROCID": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+                  "SLURM_STEP_NUM_TASKS": "5", "SLURM_STEP_TASKS_PER_NODE": "4,1",
+                  "SLURM_STEP_NODELIST": "gpu[07-08]"}, free_port=no_port)
+    assert (env.rank, env.local_world_size, env.master_addr) == (4, 1, "gpu07")
+
+
+def test_explicit_master_wins() -> None:
+    env = detect({**SRUN_TASK, "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29511"}, free_port=no_port)
+    assert (env.master_addr, env.master_port) == ("10.0.0.5", 29511)
+
+
+def test_torchrun_inside_srun_uses_torchruns_rank() -> None:
+    env = detect(TORCHRUN_IN_SRUN, free_port=no_port)
+    assert (env.rank, env.world_size, env.local_rank, env.node_rank, env.num_nodes) == (3, 4, 1, 1, 2)
+    assert (env.launcher, env.master_addr, env.master_port) == ("torchrun", "node1", 41000)
+
+
+def test_torchrun_agent_store_and_restart_budget_are_read() -> None:
+    first = detect(TORCHRUN_IN_SRUN, free_port=no_port)
+    assert (first.agent_store, first.restart_count, first.restarts_left) == (False, 0, 0)
+    again = detect({**TORCHRUN_IN_SRUN, "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2",
+                    "TORCHELASTIC_MAX_RESTARTS": "3"}, free_port=no_port)
+    assert (again.agent_store, again.restart_count, again.max_restarts, again.restarts_left) == (True, 2, 3, 1)
+    with pytest.raises(EnvError, match=r"TORCHELASTIC_RESTART_COUNT='x' is not an integer.*HINT"):
+        detect({**TORCHRUN_IN_SRUN, "TORCHELASTIC_RESTART_COUNT": "x"}, free_port=no_port)
+
+
+def test_batch_shell_is_one_process_and_warns_about_srun() -> None:
+    env = detect(BATCH_SHELL, free_port=no_port)
+    assert (env.rank, env.world_size, env.launcher) == (0, 1, "batch")
+    assert len(env.warnings) == 1 and "srun" in env.warnings[0] and "SLURM_NTASKS=4" in env.warnings[0]
+
+
+def test_single_task_allocation_has_no_warning() -> None:
+    env = detect({**BATCH_SHELL, "SLURM_NTASKS": "1", "SLURM_NNODES": "1"}, free_port=no_port)
+    assert env.warnings == ()
+
+
+def test_local_picks_a_free_port() -> None:
+    env = detect({"PATH": "/usr/bin"}, free_port=lambda: 12345)
+    assert (env.launcher, env.world_size, env.master_addr, env.master_port) == ("local", 1, "127.0.0.1", 12345)
+
+
+def test_open_mpi_under_slurm_takes_rank_from_mpirun() -> None:
+    env = detect({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "2",
+                  "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_NODELIST": "n[1-2]",
+                  "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+                  "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, free_port=no_port)
+    assert (env.rank, env.world_size, env.local_rank, env.launcher, env.master_addr) == (5, 8, 1, "mpi", "n1")
+
+
+def test_array_job_id() -> None:
+    env = detect({**SRUN_TASK, "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"}, free_port=no_port)
+    assert env.job_id == "4240_2"
+
+
+def test_torchrun_environ_round_trip() -> None:
+    env = detect(SRUN_TASK, free_port=no_port)
+    again = detect({**env.torchrun_environ(), "SLURM_STEP_ID": "0", "SLURM_PROCID": "3"}, free_port=no_port)
+    assert (again.rank, again.world_size, again.local_rank, again.master_addr, again.master_port) == (
+        env.rank, env.world_size, env.local_rank, env.master_addr, env.master_port)
+
+
+class TestDerivedPort:
+    def test_out_of_ephemeral_range(self) -> None:
+        ports = {derived_port(str(job), str(step)) for job in range(0, 100000, 977) for step in range(3)}
+        assert all(PORT_BASE <= p < PORT_BASE + PORT_SPAN <= 32768 for p in ports)
+
+    def test_concurrent_jobs_and_steps_never_collide(self) -> None:
+        # Any window of jobs submitted close together, each with several steps.
+        keys = [(job, step) for job in range(900_000, 900_000 + PORT_SPAN // STEP_SLOTS)
+                for step in range(STEP_SLOTS)]
+        assert len({derived_port(str(j), str(s)) for j, s in keys}) == len(keys)
+
+    def test_ids_sharing_last_four_digits_do_not_collide(self) -> None:
+        ports = [derived_port(str(prefix * 10000 + 4321), "0") for prefix in range(1, 60)]
+        assert len(set(ports)) == len(ports)
+
+    def test_batch_step_differs_from_step_zero(self) -> None:
+        assert derived_port("4242", None) != derived_port("4242", "0")
+
+
+BROKEN = [
+    ({**SRUN_TASK, "SLURM_PROCID": "4"}, "SLURM_PROCID=4 is outside 0..3"),
+    ({**SRUN_TASK, "SLURM_PROCID": "three"}, "SLURM_PROCID='three' is not an integer"),
+    ({**SRUN_TASK, "SLURM_LOCALID": "2"}, "SLURM_LOCALID=2 is outside 0..1"),
+    ({**SRUN_TASK, "SLURM_NODEID": "2"}, "SLURM_NODEID=2 is outside 0..1"),
+    ({**SRUN_TASK, "SLURM_STEP_TASKS_PER_NODE": "3(x2)"}, "adds up to 6 tasks but SLURM_STEP_NUM_TASKS=4"),
+    ({**SRUN_TASK, "SLURM_STEP_TASKS_PER_NODE": "2(x3)"}, "lists 3 node(s) but the step node list has 2"),
+    ({**SRUN_TASK, "SLURM_STEP_NODELIST": "node[2-1]"}, "SLURM_STEP_NODELIST='node[2-1]' is not a valid"),
+    ({k: v for k, v in SRUN_TASK.items() if "TASKS_PER_NODE" not in k}, "without SLURM_STEP_TASKS_PER_NODE"),
+    ({"RANK": "1", "WORLD_SIZE": "2"}, "LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set"),
+    ({"TORCHELASTIC_RUN_ID": "x", "RANK": "0"}, "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set"),
+    ({**TORCHRUN_IN_SRUN, "LOCAL_RANK": "2"}, "LOCAL_RANK=2 is outside 0..1"),
+    ({**TORCHRUN_IN_SRUN, "RANK": "4"}, "RANK=4 is outside 0..3"),
+    ({**TORCHRUN_IN_SRUN, "WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be at least 1"),
+    ({**TORCHRUN_IN_SRUN, "MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not a TCP port"),
+    ({**SRUN_TASK, "MASTER_PORT": "http"}, "MASTER_PORT='http' is not an integer"),
+    # seed 000: `export RANK=$SLURM_PROCID` in the batch script, inherited by every srun task
+    ({**SRUN_TASK, "RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "node1",
+      "MASTER_PORT": "12355"}, "RANK=0 but this srun task has SLURM_PROCID=3"),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, "MASTER_ADDR is not set"),
+    ({**BATCH_SHELL, "SLURM_NTASKS": "many"}, "SLURM_NTASKS='many' is not an integer"),
+]
+
+
+@pytest.mark.parametrize(("environ", "message"), BROKEN, ids=[m for _, m in BROKEN])
+def test_broken_environment_is_a_clear_error(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(EnvError) as info:
+        detect(environ, free_port=lambda: 12345)
+    assert message in str(info.value)
+    assert "HINT:" in str(info.value) or "not a valid Slurm hostlist" in str(info.value)
+
+
+RECORDED = sorted((Path(__file__).parents[2] / "fixtures" / "slurm_env").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_recorded_srun_steps_give_every_task_a_distinct_rank_and_one_master(path: Path) -> None:
+    """Environments a real slurmd gave each task of a 2 nodes × 2 tasks step (the sandbox cluster)."""
+    tasks = json.loads(path.read_text())["tasks"]
+    envs = [detect(task["environ"], free_port=no_port) for task in tasks]
+    assert sorted(env.rank for env in envs) == list(range(len(tasks)))
+    assert {(env.world_size, env.num_nodes, env.master_addr, env.master_port, env.launcher) for env in envs} == {
+        (len(tasks), 2, "node1", envs[0].master_port, "srun")}
+    for env, task in zip(envs, tasks, strict=True):
+        assert env.rank == int(task["environ"]["SLURM_PROCID"])
+        assert (env.local_rank, env.local_world_size) == (task["local_rank"], task["local_world_size"])

@@ -1,0 +1,59 @@
+"""launch.plan: which way `torchslurm run` starts ranks, decided from the environment alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchslurm.errors import ConfigError
+from torchslurm.runtime.launch import gpus_on_node, plan
+
+PY = "/venv/bin/python"
+BATCH = {"SLURM_JOB_ID": "77", "SLURM_NNODES": "2", "SLURM_NTASKS": "4", "SLURM_CPUS_ON_NODE": "8",
+         "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
+SRUN = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_STEP_NODELIST": "node1"}
+
+
+def test_local_defaults_to_two_ranks_on_cpu() -> None:
+    p = plan({}, "train.py", ["--lr", "0.1"], None, PY, cuda_device_count=0)
+    assert (p.mode, p.nproc, p.argv) == ("local", 2, (PY, "train.py", "--lr", "0.1"))
+
+
+def test_local_uses_one_rank_per_gpu() -> None:
+    assert plan({}, "t.py", [], None, PY, cuda_device_count=8).nproc == 8
+    assert plan({}, "t.py", [], 3, PY, cuda_device_count=8).nproc == 3
+
+
+def test_batch_shell_on_cpu_uses_the_allocated_tasks() -> None:
+    p = plan(BATCH, "t.py", ["a b"], None, PY, cuda_device_count=0)
+    assert p.mode == "srun"
+    assert p.argv == ("srun", "--export=ALL", "--kill-on-bad-exit=1", PY, "-m", "torchslurm", "run", "t.py", "a b")
+
+
+def test_batch_shell_with_gpus_starts_one_rank_per_gpu_on_every_node() -> None:
+    p = plan({**BATCH, "SLURM_GPUS_ON_NODE": "4", "SLURM_JOB_GPUS": "0,1,2,3"}, "t.py", [], None, PY, 0)
+    assert p.argv[3:7] == ("--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=2")
+    assert "4 rank(s) per node on 2 node(s)" in p.reason
+
+
+def test_nproc_in_batch_shell_means_per_node() -> None:
+    p = plan(BATCH, "t.py", [], 1, PY, 0)
+    assert "--ntasks=2" in p.argv and "--ntasks-per-node=1" in p.argv and "--cpus-per-task=8" in p.argv
+
+
+def test_srun_task_execs_the_script_with_a_torchrun_environment() -> None:
+    p = plan(SRUN, "t.py", ["x"], None, PY, 0)
+    assert (p.mode, p.argv) == ("exec", (PY, "t.py", "x"))
+    assert (p.env["RANK"], p.env["WORLD_SIZE"], p.env["LOCAL_RANK"], p.env["MASTER_ADDR"]) == ("1", "2", "1", "node1")
+
+
+def test_gpus_on_node_from_slurm_variables() -> None:
+    assert gpus_on_node({"SLURM_GPUS_ON_NODE": "2"}) == 2
+    assert gpus_on_node({"SLURM_JOB_GPUS": "0,1,2", "CUDA_VISIBLE_DEVICES": "0,1,2"}) == 3
+    assert gpus_on_node({"CUDA_VISIBLE_DEVICES": "0,1"}) == 0  # not Slurm's doing: no GPU request
+
+
+def test_nproc_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match=r"--nproc=0 must be at least 1\. HINT"):
+        plan({}, "t.py", [], 0, PY, 0)

@@ -1,0 +1,115 @@
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from torchslurm.errors import ConfigError
+from torchslurm.train import data
+
+
+def test_digits_split_is_deterministic_and_disjoint() -> None:
+    train, val = data.digits(val_fraction=0.2, split_seed=0)
+    assert (len(train), len(val)) == (1438, 359)
+    x, y = train[0]
+    assert x.shape == (1, 8, 8) and x.dtype == torch.float32 and y.dtype == torch.int64
+    again, _ = data.digits(val_fraction=0.2, split_seed=0)
+    assert torch.equal(train.tensors[0], again.tensors[0])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float64])
+def test_idx_roundtrip(tmp_path: Path, suffix: str, dtype: type) -> None:
+    array = (np.arange(60) % 200).astype(dtype).reshape(3, 4, 5)
+    data.write_idx(tmp_path / f"a{suffix}", array)
+    assert np.array_equal(data.read_idx(tmp_path / f"a{suffix}"), array)
+
+
+def test_idx_reader_reads_the_reference_header_bytes(tmp_path: Path) -> None:
+    # Written by hand from the format description: magic 00 00 08 01, one dim of size 3.
+    (tmp_path / "labels").write_bytes(bytes([0, 0, 8, 1, 0, 0, 0, 3, 7, 2, 1]))
+    assert data.read_idx(tmp_path / "labels").tolist() == [7, 2, 1]
+
+
+def test_truncated_idx_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "bad").write_bytes(bytes([0, 0, 8, 1, 0, 0, 0, 9, 1, 2]))
+    with pytest.raises(ConfigError, match=r"holds 10 bytes but its header declares shape \(9,\).*HINT"):
+        data.read_idx(tmp_path / "bad")
+
+
+def _write_mnist(folder: Path, n_train: int = 6, n_test: int = 4, gz: bool = False) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    sfx = ".gz" if gz else ""
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        images = rng.integers(0, 256, (n, 28, 28), np.uint8)
+        data.write_idx(folder / f"{prefix}-images-idx3-ubyte{sfx}", images)
+        data.write_idx(folder / f"{prefix}-labels-idx1-ubyte{sfx}", np.arange(n, dtype=np.uint8) % 10)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_mnist_reads_idx_files(tmp_path: Path, gz: bool) -> None:
+    _write_mnist(tmp_path, gz=gz)
+    train, test = data.mnist(tmp_path)
+    assert (len(train), len(test)) == (6, 4)
+    x, y = train[3]
+    assert x.shape == (1, 28, 28) and int(y) == 3
+
+
+def test_mnist_accepts_torchvision_layout(tmp_path: Path) -> None:
+    _write_mnist(tmp_path / "MNIST" / "raw", gz=True)
+    assert len(data.mnist(tmp_path)[0]) == 6
+    with gzip.open(tmp_path / "MNIST" / "raw" / "train-labels-idx1-ubyte.gz") as f:
+        assert f.read(4) == bytes([0, 0, 8, 1])
+
+
+def test_missing_mnist_names_files_and_place(tmp_path: Path) -> None:
+    _write_mnist(tmp_path)
+    (tmp_path / "t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(ConfigError, match=rf"data_dir={tmp_path}: MNIST files missing: "
+                       r"t10k-labels-idx1-ubyte\[\.gz\]\. .* in .*MNIST/raw.*HINT: copy them there"):
+        data.mnist(tmp_path)
+
+
+def test_synthetic_any_shape_is_learnable_labels() -> None:
+    train, val = data.synthetic(num_samples=100, shape=(3, 4, 4), num_classes=5, seed=1)
+    assert len(train) + len(val) == 100
+    assert train[0][0].shape == (3, 4, 4)
+    labels = torch.cat([train.tensors[1], val.tensors[1]])  # type: ignore[attr-defined]
+    assert set(labels.tolist()) <= set(range(5)) and len(set(labels.tolist())) > 1
+
+
+def test_imagefolder_without_torchvision_says_how_to_install(tmp_path: Path) -> None:
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match=r"needs torchvision, which is not installed\. HINT: pip"):
+            data.image_folder(tmp_path)
+    else:
+        pytest.skip("torchvision is installed")
+
+
+def test_unknown_dataset_lists_choices() -> None:
+    with pytest.raises(ConfigError, match=r"dataset='cifar' is not known; valid: digits, mnist, synthetic"):
+        data.load("cifar")
+
+
+def test_bad_val_fraction() -> None:
+    with pytest.raises(ConfigError, match=r"val_fraction=1.5, expected a fraction strictly between 0 and 1"):
+        data.digits(val_fraction=1.5)
+
+
+@pytest.mark.parametrize(("size", "world"), [(359, 2), (359, 3), (2, 3), (10, 1)])
+def test_shards_cover_every_sample_exactly_once(size: int, world: int) -> None:
+    shards = [list(data.ShardSampler(size, rank, world)) for rank in range(world)]
+    assert sorted(i for shard in shards for i in shard) == list(range(size))
+    assert [len(data.ShardSampler(size, rank, world)) for rank in range(world)] == [len(s) for s in shards]
+
+
+def test_skip_sampler_resumes_the_same_order() -> None:
+    dataset = torch.utils.data.TensorDataset(torch.arange(50))
+    full = torch.utils.data.DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=7)
+    full.set_epoch(3)
+    skipped = data.SkipSampler(full, 8)
+    assert list(skipped) == list(full)[8:] and len(skipped) == 17
