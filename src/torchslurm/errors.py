@@ -1,11 +1,19 @@
 """Errors a user can act on. The CLI prints them as `error: ...` without a traceback.
 
-Every message says what was set, the rule it broke, then `HINT:` with the exact fix.
+An error is data: `message` says what was set and the rule it broke, `hint` the exact fix. They
+are joined into one text in one place (`render`), and nothing parses a hint back out of a text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+
+from torchslurm.exitcodes import USAGE_EXIT_CODE
+
+
+def render(message: str, hint: str | None) -> str:
+    """The one way a message and its hint are shown to a user."""
+    return f"{message} HINT: {hint}" if hint else message
 
 
 class TorchSlurmError(Exception):
@@ -15,35 +23,51 @@ class TorchSlurmError(Exception):
     when a launched rank failed).
     """
 
-    def __init__(self, message: str, exit_code: int = 2) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, hint: str | None = None, *, exit_code: int = USAGE_EXIT_CODE) -> None:
+        super().__init__(render(message, hint))
+        self.message = message
+        self.hint = hint
         self.exit_code = exit_code
 
 
 class ConfigError(TorchSlurmError, ValueError):
     """A value given by the user (flag, config file, job spec) is invalid.
 
-    `problems`: one message per invalid value when several are reported at once (see `combined`).
+    `problems`: one error per invalid value when several are reported at once (see `combined`).
     """
 
-    def __init__(self, message: str, exit_code: int = 2, problems: Sequence[str] = ()) -> None:
-        super().__init__(message, exit_code)
-        self.problems = tuple(problems) or (message,)
+    def __init__(self, message: str, hint: str | None = None, *, exit_code: int = USAGE_EXIT_CODE,
+                 problems: Sequence[ConfigError] = ()) -> None:
+        super().__init__(message, hint, exit_code=exit_code)
+        self.problems: tuple[ConfigError, ...] = tuple(problems) or (self,)
 
     @classmethod
-    def combined(cls, problems: Sequence[str]) -> ConfigError:
+    def combined(cls, problems: Sequence[ConfigError | str]) -> ConfigError:
         """One error for every invalid value, each on its own line, so that all are fixed in one go."""
         assert problems, "combined() needs at least one problem"
-        if len(problems) == 1:
-            return cls(problems[0])
-        return cls(f"{len(problems)} invalid settings:\n  " + "\n  ".join(problems), problems=problems)
+        errors = [p if isinstance(p, ConfigError) else cls(p) for p in problems]  # TODO(house): errors only
+        if len(errors) == 1:
+            return errors[0]
+        lines = "\n  ".join(str(p) for p in errors)
+        return cls(f"{len(errors)} invalid settings:\n  {lines}", problems=errors)
 
     @classmethod
-    def raise_any(cls, problems: Iterable[str | None]) -> None:
+    def raise_any(cls, problems: Iterable[ConfigError | str | None]) -> None:
         """Raise `combined` of the problems found (None: that check passed); nothing when none were."""
         found = [p for p in problems if p]
         if found:
             raise cls.combined(found)
+
+
+def not_one_of(what: str, value: object, choices: Iterable[object], hint: str | None = None) -> ConfigError:
+    """The one phrasing for a value outside a fixed set: `what=value` is not one of the choices."""
+    listed = ", ".join(str(c) for c in choices)
+    return ConfigError(f"{what}={value!r} is not one of: {listed}.", hint or f"use one of: {listed}.")
+
+
+def below_minimum(what: str, value: object, minimum: object, hint: str | None = None) -> ConfigError:
+    """The one phrasing for a number under its minimum: `what=value` must be at least `minimum`."""
+    return ConfigError(f"{what}={value!r} must be at least {minimum}.", hint or f"set {what} to {minimum} or more.")
 
 
 class EnvError(TorchSlurmError):

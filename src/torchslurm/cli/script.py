@@ -148,7 +148,7 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
     try:
         return jobspec.load(args.spec, overrides, command=command)
     except ConfigError as exc:
-        named = [as_given(problem, flag_named_fields(args)) for problem in exc.problems]
+        named = [as_given(str(problem), flag_named_fields(args)) for problem in exc.problems]
         raise type(exc).combined(named) from exc
 
 

@@ -278,7 +278,7 @@ def _choice(name: str, value: str, choices: Sequence[str]) -> str | None:
     return f"{name}={value!r} is not one of {', '.join(choices)}. HINT: set {name} to one of: {', '.join(choices)}."
 
 
-def _choice_problems(spec: JobSpec) -> Iterator[str | None]:
+def _choice_problems(spec: JobSpec) -> Iterator[ConfigError | str | None]:
     yield _choice("launch", spec.launch, LAUNCH_MODES)
     yield _choice("backend", spec.backend, BACKENDS)
     yield _choice("gpu_flag", spec.gpu_flag, GPU_FLAGS)
@@ -313,7 +313,7 @@ def _range_problems(spec: JobSpec) -> Iterator[str]:
                "several processes per task. HINT: use tasks_per_node in srun mode, or set launch: torchrun.")
 
 
-def _text_problems(spec: JobSpec) -> Iterator[str | None]:
+def _text_problems(spec: JobSpec) -> Iterator[ConfigError | str | None]:
     """Newlines or NULs would end a `#SBATCH` or command line early; the rest would run as shell code."""
     values: list[tuple[str, str]] = [(n, getattr(spec, n)) for n in _STR_FIELDS + _OPT_STR_FIELDS
                                      if getattr(spec, n) is not None]

@@ -137,7 +137,7 @@ class ExampleConfig:
         return {"synthetic": "simple", "imagefolder": "resnet18"}.get(self.dataset, "convnet")
 
 
-def _type_problems(config: TrainConfig | ExampleConfig) -> Iterator[str]:
+def _type_problems(config: TrainConfig | ExampleConfig) -> Iterator[ConfigError | str]:
     """A value of the wrong type, per field (the CLI's values are coerced already; the Python API's may not be)."""
     for name, kind in _field_types(type(config)).items():
         try:
@@ -269,7 +269,7 @@ def build(values: Mapping[str, Any], source: str = "key=value") -> tuple[Example
     if unknown:
         raise unknown_keys_error(source, unknown, valid_keys())
     parts: list[dict[str, Any]] = [{}, {}]
-    problems: list[str] = []
+    problems: list[ConfigError | str] = []
     for i, cls in enumerate((ExampleConfig, TrainConfig)):
         for name, kind in _field_types(cls).items():
             if name in values:

@@ -183,8 +183,9 @@ def test_every_invalid_field_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as raised:
         JobSpec(script="t.py", nodes=0, time="abc", launch="mpirun", mem="lots", name="a/b")
     assert str(raised.value).startswith("5 invalid settings:\n  launch='mpirun' is not one of srun, torchrun.")
-    assert [p.split("=")[0].split(" ")[0] for p in raised.value.problems] == ["launch", "time", "mem", "nodes", "name"]
-    assert all("HINT:" in p for p in raised.value.problems)
+    assert [p.message.split("=")[0].split(" ")[0] for p in raised.value.problems] == ["launch", "time", "mem", "nodes",
+                                                                                    "name"]
+    assert all("HINT:" in str(p) for p in raised.value.problems)
     # a wrong type is reported before the checks that compare values (they would fail on it)
     with pytest.raises(ConfigError, match=r"^2 invalid settings:\n  nodes='2' is not an integer.*\n  preemptible="):
         JobSpec(script="t.py", nodes="2", preemptible="yes", time="abc")  # type: ignore[arg-type]
