@@ -62,7 +62,7 @@ class ConfigError(TorchSlurmError, ValueError):
 def not_one_of(what: str, value: object, choices: Iterable[object], hint: str | None = None) -> ConfigError:
     """The one phrasing for a value outside a fixed set: `what=value` is not one of the choices."""
     listed = ", ".join(str(c) for c in choices)
-    return ConfigError(f"{what}={value!r} is not one of: {listed}.", hint or f"use one of: {listed}.")
+    return ConfigError(f"{what}={value!r} is not one of {listed}.", hint or f"set {what} to one of: {listed}.")
 
 
 def below_minimum(what: str, value: object, minimum: object, hint: str | None = None) -> ConfigError:
