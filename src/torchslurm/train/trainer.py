@@ -27,7 +27,6 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from torchslurm.errors import CheckpointError, ConfigError
-from torchslurm.runtime.distributed import topology
 from torchslurm.train import checkpoint
 from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.train.config import TrainConfig
@@ -35,6 +34,7 @@ from torchslurm.train.data import ShardSampler, SkipSampler
 from torchslurm.train.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
 from torchslurm.train.preemption import Preemption, preemption_config
 from torchslurm.train.requeue import requeues_after_failure, run_command
+from torchslurm.train.topology import topology
 from torchslurm.train.watchdog import Watchdog
 
 if TYPE_CHECKING:

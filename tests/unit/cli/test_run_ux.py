@@ -285,8 +285,8 @@ def test_announce_grammar(epochs: int, scaling: str, expected: str, caplog: pyte
 
     import torch
 
-    from torchslurm.runtime.distributed import Topology
     from torchslurm.train.config import TrainConfig
+    from torchslurm.train.topology import Topology
     from torchslurm.train.trainer import Trainer
 
     topo = Topology(rank=0, world_size=4, local_rank=0, device=torch.device("cpu"), backend="gloo", num_nodes=1,
