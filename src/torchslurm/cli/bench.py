@@ -16,8 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torchslurm.doctor.bench import DEFAULT_SIZES, OPS, BenchConfig, parse_sizes
+from torchslurm.errors import ConfigError, TorchSlurmError
 
 logger = logging.getLogger(__name__)
+
+RANK_PROGRAM = "torchslurm.cli.bench"
+"""What each rank runs: `python -m RANK_PROGRAM` (this module's `rank_main`)."""
 
 
 def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,18 +56,16 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.cli.run import _cuda_device_count
     from torchslurm.runtime import launch
 
     config_from(args)  # fail here, not in N ranks
     if args.json is not None:
-        from torchslurm.errors import ConfigError
-
         ConfigError.raise_any([json_path_problem(args.json)])  # not after the whole benchmark ran
     rank_args = ["--sizes", args.sizes, "--ops", args.ops, "--iters", str(args.iters), "--warmup", str(args.warmup),
                  *(["--backend", args.backend] if args.backend else []),
                  *(["--json", str(args.json.resolve())] if args.json else [])]
-    plan = launch.plan(os.environ, __file__, rank_args, args.nproc, sys.executable, _cuda_device_count())
+    plan = launch.plan(os.environ, RANK_PROGRAM, rank_args, args.nproc, sys.executable, launch.cuda_device_count(),
+                       module=True)
     if args.dry_run:
         print(f"{plan.mode}: {plan.reason}")
         print(" ".join(plan.argv))
@@ -72,16 +74,19 @@ def handle(args: argparse.Namespace) -> int:
     return launch.execute(plan, os.environ)
 
 
-def json_path_problem(path: Path) -> str | None:
+JSON_HINT = "give a file in an existing folder you can write to, e.g. --json bench.json."
+
+
+def json_path_problem(path: Path) -> ConfigError | None:
     """Why rank 0 could not write --json `path` (its folder missing or read-only, or a folder itself), or None."""
     folder = path.resolve().parent
-    hint = "HINT: give a file in an existing folder you can write to, e.g. --json bench.json."
     if path.is_dir():
-        return f"--json {path} is a directory; expected a file to write the results to. {hint}"
+        return ConfigError(f"--json {path} is a directory; expected a file to write the results to.", JSON_HINT)
     if not folder.is_dir():
-        return f"--json {path}: the folder {folder} does not exist; expected a file in an existing folder. {hint}"
+        return ConfigError(f"--json {path}: the folder {folder} does not exist; expected a file in an existing "
+                           "folder.", JSON_HINT)
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return f"--json {path}: {path if path.exists() else folder} is not writable. {hint}"
+        return ConfigError(f"--json {path}: {path if path.exists() else folder} is not writable.", JSON_HINT)
     return None
 
 
@@ -92,9 +97,9 @@ def _write_json(path: Path, text: str) -> int:
     except OSError as exc:
         sys.stdout.write(text)
         sys.stdout.flush()
-        print(f"error: --json {path}: cannot write the results ({exc.strerror or exc}); they are printed above as "
-              "JSON instead. HINT: give a file in an existing folder you can write to, e.g. --json bench.json.",
-              file=sys.stderr)
+        error = TorchSlurmError(f"--json {path}: cannot write the results ({exc.strerror or exc}); they are "
+                                "printed above as JSON instead.", JSON_HINT)
+        print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
 
@@ -103,7 +108,6 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     """The program of each rank: init, time the collectives, rank 0 prints the table."""
     import torchslurm
     from torchslurm.doctor import bench
-    from torchslurm.errors import TorchSlurmError
 
     parser = argparse.ArgumentParser(prog="torchslurm bench (rank)")
     _add_bench_arguments(parser)
@@ -125,6 +129,5 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # a rank started by `torchslurm bench` through the `torchslurm run` machinery
-    sys.path.pop(0)  # this file's folder: its sibling modules must not shadow top-level imports
+if __name__ == "__main__":  # a rank started by `torchslurm bench`: python -m torchslurm.cli.bench
     sys.exit(rank_main())

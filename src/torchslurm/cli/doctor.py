@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+RANK_PROGRAM = "torchslurm.cli.doctor"
+"""What each rank of `--ranks` runs: `python -m RANK_PROGRAM` (this module's `rank_main`)."""
 
 
 def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,13 +71,13 @@ def handle(args: argparse.Namespace) -> int:
 def check_options(args: argparse.Namespace) -> None:
     """--timeout and --nproc, checked here: a rank would get them wrong only after its start-up."""
     from torchslurm.errors import ConfigError
+    from torchslurm.runtime.launch import nproc_problem
 
     ConfigError.raise_any([
-        None if math.isfinite(args.timeout) and args.timeout > 0 else
-        f"--timeout={args.timeout:g} must be a positive number of seconds. HINT: --timeout 30 (the default) "
-        "waits up to 30 s for the other ranks.",
-        None if args.nproc is None or args.nproc >= 1 else
-        f"--nproc={args.nproc} must be at least 1. HINT: --nproc 2 runs the checks in two local ranks.",
+        None if math.isfinite(args.timeout) and args.timeout > 0 else ConfigError(
+            f"--timeout={args.timeout:g} must be a positive number of seconds.",
+            "--timeout 30 (the default) waits up to 30 s for the other ranks."),
+        nproc_problem(args.nproc),
     ])
 
 
@@ -90,8 +92,8 @@ def check_ranks(args: argparse.Namespace) -> int:
     rank_args = [*(["--connect"] if args.connect else []), "--timeout", str(args.timeout),
                  *(["--backend", args.backend] if args.backend else [])]
     nproc = ["--nproc", str(args.nproc)] if args.nproc is not None else []
-    reports, unreadable, exit_code = _collect([sys.executable, "-m", "torchslurm", "run", *nproc, __file__,
-                                               *rank_args])
+    reports, unreadable, exit_code = _collect([sys.executable, "-m", "torchslurm", "run", *nproc,
+                                               "-m", RANK_PROGRAM, *rank_args])
     if not reports:
         print(f"error: no rank reported (torchslurm run exited with code {exit_code}). HINT: the lines "
               "above say why; `torchslurm doctor` without --ranks checks this process alone.", file=sys.stderr)
@@ -215,6 +217,5 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     return 0  # the verdict is check_ranks' (see there)
 
 
-if __name__ == "__main__":  # a rank started by `torchslurm doctor --ranks` through the run machinery
-    sys.path.pop(0)  # this file's folder: its sibling modules must not shadow top-level imports
+if __name__ == "__main__":  # a rank started by `torchslurm doctor --ranks`: python -m torchslurm.cli.doctor
     sys.exit(rank_main())

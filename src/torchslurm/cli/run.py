@@ -1,4 +1,4 @@
-"""`torchslurm run [--nproc N] script.py [args…]`: start the ranks wherever we are."""
+"""`torchslurm run [--nproc N] [-m] script.py [args…]`: start the ranks wherever we are."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
                         help="local runs: restart all ranks up to K times after a failure")
     parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
-    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("-m", dest="module", action="store_true",
+                        help="the script is a module name: each rank runs `python -m script`")
+    parser.add_argument("script", help="the Python script to run (a module name with -m)")
     rest = parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     rest.required = False  # argparse counts a REMAINDER positional as required, and would say so when none is given
     parser.set_defaults(handler=handle)
@@ -32,8 +34,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def handle(args: argparse.Namespace) -> int:
     from torchslurm.runtime import launch
 
-    launch.check_run_options(args.script, args.nproc, args.max_restarts)  # before anything starts, --dry-run too
-    plan = launch.plan(os.environ, args.script, args.args, args.nproc, sys.executable, _cuda_device_count())
+    # before anything starts, --dry-run too
+    launch.check_run_options(args.script, args.nproc, args.max_restarts, module=args.module)
+    plan = launch.plan(os.environ, args.script, args.args, args.nproc, sys.executable, launch.cuda_device_count(),
+                       module=args.module)
     if args.dry_run:
         print(f"{plan.mode}: {plan.reason}")
         print(" ".join(plan.argv))
@@ -43,9 +47,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _cuda_device_count() -> int:
-    """Visible GPUs, without importing torch when CUDA cannot be there."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or not os.path.exists("/dev/nvidiactl"):
-        return 0
-    import torch
+    """Kept until cli/train.py imports runtime.launch.cuda_device_count (its home) itself."""
+    from torchslurm.runtime.launch import cuda_device_count
 
-    return int(torch.cuda.device_count())
+    return cuda_device_count()

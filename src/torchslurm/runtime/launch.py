@@ -6,11 +6,14 @@
 - already a rank (srun task, torchrun worker, mpirun): run the script with RANK, WORLD_SIZE,
   MASTER_ADDR, ... filled in from the launcher's own variables.
 
+Each rank runs `python script args`, or `python -m module args` when `module=True` (how
+torchslurm's own rank programs start: by module name, so nothing depends on their file's place).
 `plan()` decides from data; `execute()` performs the plan.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import signal
@@ -19,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchslurm.errors import ConfigError, DistributedError
+from torchslurm.errors import ConfigError, DistributedError, below_minimum
 from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
 from torchslurm.runtime.distenv import DistEnv, detect
 
@@ -45,21 +48,32 @@ class LaunchPlan:
     """Ranks started by this plan on this machine ('local' only)."""
     reason: str = ""
     """One sentence on why this mode was chosen."""
+    script: str = ""
+    """What each rank runs: a script path, or a module name when `module`."""
+    module: bool = False
+    """Ranks run `python -m script` instead of `python script`."""
 
 
-def check_run_options(script: str, nproc: int | None, max_restarts: int) -> None:
+def check_run_options(script: str, nproc: int | None, max_restarts: int, *, module: bool = False) -> None:
     """`torchslurm run`'s flags and script, checked before any rank starts (and for --dry-run)."""
     ConfigError.raise_any([
-        None if nproc is None or nproc >= 1 else
-        f"--nproc={nproc} must be at least 1. HINT: --nproc 2 starts two ranks.",
-        None if max_restarts >= 0 else  # torch's agent divides by zero on one, after the ranks ran
-        f"--max-restarts={max_restarts} must be 0 or more. HINT: --max-restarts 0 (the default) fails on the "
-        "first error; --max-restarts 3 restarts all ranks up to 3 times.",
-        script_problem(script),
+        nproc_problem(nproc),
+        None if max_restarts >= 0 else ConfigError(  # torch's agent divides by zero on -1, after the ranks ran
+            f"--max-restarts={max_restarts} must be 0 or more.",
+            "--max-restarts 0 (the default) fails on the first error; --max-restarts 3 restarts all ranks up "
+            "to 3 times."),
+        module_problem(script) if module else script_problem(script),
     ])
 
 
-def script_problem(script: str) -> str | None:
+def nproc_problem(nproc: int | None) -> ConfigError | None:
+    """The one rule for --nproc (run, train, doctor, bench): unset, or at least one rank."""
+    if nproc is None or nproc >= 1:
+        return None
+    return below_minimum("--nproc", nproc, 1, hint="--nproc 2 starts two ranks.")
+
+
+def script_problem(script: str) -> ConfigError | None:
     """Why `python script` cannot start, or None: it must be a file (or a folder with __main__.py,
     which python runs too)."""
     path = Path(script)
@@ -71,30 +85,53 @@ def script_problem(script: str) -> str | None:
         seen = "is not a regular file"
     else:
         seen = "does not exist"
-    return (f"script {script!r} {seen}; expected a Python file. HINT: give the path of the training script, "
-            "e.g. `torchslurm run --nproc 2 train.py`.")
+    return ConfigError(f"script {script!r} {seen}; expected a Python file.",
+                       "give the path of the training script, e.g. `torchslurm run --nproc 2 train.py`.")
+
+
+def module_problem(name: str) -> ConfigError | None:
+    """Why `python -m name` cannot start, or None. Finding it imports its parent packages, as
+    `python -m` itself does."""
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return None
+    return ConfigError(f"module {name!r} cannot be imported here; expected a module that `python -m` can run.",
+                       "give its dotted name as `python -m` takes it, with its package installed or under "
+                       "the current directory.")
+
+
+def cuda_device_count() -> int:
+    """Visible GPUs, without importing torch when CUDA cannot be there (a CPU node, a login node)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or not os.path.exists("/dev/nvidiactl"):
+        return 0
+    import torch
+
+    return int(torch.cuda.device_count())
 
 
 def plan(environ: Mapping[str, str], script: str, args: Sequence[str], nproc: int | None,
-         python: str, cuda_device_count: int, env: DistEnv | None = None) -> LaunchPlan:
-    """Decide how to start `python script args` from the environment alone."""
-    if nproc is not None and nproc < 1:
-        raise ConfigError(f"--nproc={nproc} must be at least 1. HINT: --nproc 2 starts two ranks.")
+         python: str, cuda_device_count: int, env: DistEnv | None = None, *, module: bool = False) -> LaunchPlan:
+    """Decide how to start `python script args` (`python -m script args` when `module`) from the
+    environment alone."""
+    ConfigError.raise_any([nproc_problem(nproc)])
     env = env or detect(environ, free_port=lambda: 0)
-    command = (python, script, *args)
+    command = (python, *(["-m"] if module else []), script, *args)
     if env.launcher in ("srun", "torchrun", "mpi"):
         return LaunchPlan(mode="exec", argv=command, env=env.torchrun_environ(),
-                          reason=f"already a rank: {env.reason}")
+                          reason=f"already a rank: {env.reason}", script=script, module=module)
     if env.launcher == "batch":
-        return _srun_plan(environ, script, args, nproc, python)
+        return _srun_plan(environ, script, args, nproc, python, module)
     count = nproc or cuda_device_count or DEFAULT_LOCAL_NPROC
     why = "--nproc" if nproc else ("one per visible GPU" if cuda_device_count else "default on CPU")
     return LaunchPlan(mode="local", argv=command, nproc=count,
-                      reason=f"no launcher found: {count} local rank(s) ({why}).")
+                      reason=f"no launcher found: {count} local rank(s) ({why}).", script=script, module=module)
 
 
 def _srun_plan(environ: Mapping[str, str], script: str, args: Sequence[str], nproc: int | None,
-               python: str) -> LaunchPlan:
+               python: str, module: bool) -> LaunchPlan:
     """From a batch/salloc shell: one srun step across all allocated nodes."""
     nodes = int(environ.get("SLURM_NNODES", environ.get("SLURM_JOB_NUM_NODES", "1")))
     per_node = nproc or gpus_on_node(environ)
@@ -103,15 +140,16 @@ def _srun_plan(environ: Mapping[str, str], script: str, args: Sequence[str], npr
     argv = ["srun", "--export=ALL", "--kill-on-bad-exit=1"]
     if per_node:
         cpus = int(environ.get("SLURM_CPUS_ON_NODE", str(per_node)))
-        # Explicit -n and --ntasks-per-node: srun ignores a lone --ntasks-per-node that disagrees
-        # with the allocation's task count (slurm-lab.md pitfall 5).
+        # Explicit -n and --ntasks-per-node: inside an allocation srun takes its task count from
+        # SLURM_NTASKS and ignores a lone --ntasks-per-node that disagrees with it (man srun, -n).
         argv += [f"--nodes={nodes}", f"--ntasks={per_node * nodes}", f"--ntasks-per-node={per_node}",
                  f"--cpus-per-task={max(1, cpus // per_node)}"]
         what = f"{per_node} rank(s) per node on {nodes} node(s)"
     else:
         what = f"one rank per allocated task (SLURM_NTASKS={environ.get('SLURM_NTASKS', '1')})"
-    argv += [python, "-m", "torchslurm", "run", script, *args]
-    return LaunchPlan(mode="srun", argv=tuple(argv), reason=f"inside a Slurm allocation without srun: {what}.")
+    argv += [python, "-m", "torchslurm", "run", *(["-m"] if module else []), script, *args]
+    return LaunchPlan(mode="srun", argv=tuple(argv), reason=f"inside a Slurm allocation without srun: {what}.",
+                      script=script, module=module)
 
 
 def gpus_on_node(environ: Mapping[str, str]) -> int:
@@ -135,8 +173,8 @@ def execute(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts: i
     try:
         os.execvpe(launch_plan.argv[0], list(launch_plan.argv), child_env)
     except OSError as exc:
-        raise ConfigError(f"cannot start {launch_plan.argv[0]!r}: {exc}. HINT: check that it is "
-                          "installed and on PATH on every node.") from exc
+        raise ConfigError(f"cannot start {launch_plan.argv[0]!r}: {exc}.",
+                          "check that it is installed and on PATH on every node.") from exc
     raise AssertionError("unreachable: execvpe returned")
 
 
@@ -145,7 +183,8 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    check_run_options(launch_plan.argv[1], None, max_restarts)  # also for callers of execute() from Python
+    # also for callers of execute() from Python
+    check_run_options(launch_plan.script or launch_plan.argv[1], None, max_restarts, module=launch_plan.module)
     if "OMP_NUM_THREADS" not in environ:
         # Like torchrun: N ranks each spawning one thread per core oversubscribe the machine.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch_plan.nproc))
@@ -158,17 +197,19 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
     try:
         elastic_launch(config, entrypoint=launch_plan.argv[0])(*launch_plan.argv[1:])
     except ChildFailedError as exc:
-        raise DistributedError(root_cause_message(exc), exit_code=_first_exit_code(exc)) from exc
+        raise root_cause(exc) from exc
     except SignalException as exc:
-        raise DistributedError(signal_message(exc.sigval), exit_code=_signal_exit_code(exc.sigval)) from exc
+        raise signal_error(exc.sigval) from exc
     return 0
 
 
-def signal_message(sig: signal.Signals) -> str:
+def signal_error(sig: signal.Signals) -> DistributedError:
     """The launcher got `sig`, forwarded it to the ranks and waited for them (up to 30 s)."""
-    return (f"torchslurm run received {sig.name} and passed it on to the ranks; ranks using torchslurm's "
-            f"preemption save a checkpoint and exit with code {PREEMPTED_EXIT_CODE}. HINT: run the same "
-            "command again to continue from the newest checkpoint (resume=auto).")
+    return DistributedError(
+        f"torchslurm run received {sig.name} and passed it on to the ranks; ranks using torchslurm's "
+        f"preemption save a checkpoint and exit with code {PREEMPTED_EXIT_CODE}.",
+        "run the same command again to continue from the newest checkpoint (resume=auto).",
+        exit_code=_signal_exit_code(sig))
 
 
 def _signal_exit_code(sig: signal.Signals) -> int:
@@ -176,16 +217,19 @@ def _signal_exit_code(sig: signal.Signals) -> int:
     return PREEMPTED_EXIT_CODE if sig in preempting else 128 + int(sig)
 
 
-def root_cause_message(exc: object) -> str:
-    """The first failing rank first: rank, host, exit code or signal, then the others."""
+def root_cause(exc: object) -> DistributedError:
+    """The first failing rank first: rank, host, exit code or signal, then the others; the
+    launcher exits with that rank's code."""
     failures = sorted(getattr(exc, "failures", {}).items(), key=lambda item: item[1].timestamp)
     if not failures:
-        return f"a rank failed: {exc}"
+        return DistributedError(f"a rank failed: {exc}", exit_code=1)
     rank, first = failures[0]
+    exit_code = _exit_code(int(first.exitcode))
     if first.exitcode == PREEMPTED_EXIT_CODE:
-        return (f"rank {rank} (host {os.uname().nodename}) stopped on request with exit code "
-                f"{PREEMPTED_EXIT_CODE} (preempted or near the time limit) after saving a checkpoint. "
-                "HINT: run the same command again to continue from it (resume=auto).")
+        return DistributedError(
+            f"rank {rank} (host {os.uname().nodename}) stopped on request with exit code {PREEMPTED_EXIT_CODE} "
+            "(preempted or near the time limit) after saving a checkpoint.",
+            "run the same command again to continue from it (resume=auto).", exit_code=exit_code)
     lines = [f"rank {rank} failed first (host {os.uname().nodename}, pid {first.pid}, {_how(first.exitcode)}); "
              "its traceback is above in its output."]
     if first.message and first.message != "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html":
@@ -193,17 +237,14 @@ def root_cause_message(exc: object) -> str:
     others = ", ".join(f"rank {r} ({_how(f.exitcode)})" for r, f in failures[1:])
     if others:
         lines.append(f"then: {others}.")
-    lines.append(f"HINT: fix rank {rank}'s error first; the other ranks usually fail because it died.")
-    return " ".join(lines)
+    return DistributedError(" ".join(lines), f"fix rank {rank}'s error first; the other ranks usually fail "
+                            "because it died.", exit_code=exit_code)
 
 
 def _how(exitcode: int) -> str:
     return f"killed by {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exit code {exitcode}"
 
 
-def _first_exit_code(exc: object) -> int:
-    failures = sorted(getattr(exc, "failures", {}).values(), key=lambda f: f.timestamp)
-    if not failures:
-        return 1
-    code = int(failures[0].exitcode)
-    return 128 - code if code < 0 else code or 1
+def _exit_code(rank_exitcode: int) -> int:
+    """A rank killed by signal N (elastic reports -N) exits the launcher with 128 + N, as a shell would."""
+    return 128 - rank_exitcode if rank_exitcode < 0 else rank_exitcode or 1

@@ -164,9 +164,9 @@ def test_fp16_without_a_gpu_is_refused_before_the_ranks_start(cli: Run) -> None:
 
 
 def test_fp16_with_a_gpu_passes(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchslurm.cli import run
+    from torchslurm.runtime import launch
 
-    monkeypatch.setattr(run, "_cuda_device_count", lambda: 2)
+    monkeypatch.setattr(launch, "cuda_device_count", lambda: 2)
     code, out, _ = cli("train", "--dry-run", "amp=fp16")
     assert code == 0 and "2 local rank(s) (one per visible GPU)" in out
 
@@ -223,7 +223,7 @@ def test_doctor_timeout_must_be_positive(cli: Run, doctor_calls: list[str], valu
 def test_doctor_nproc_zero_is_one_error(cli: Run, doctor_calls: list[str]) -> None:
     code, out, err = cli("doctor", "--ranks", "--nproc", "0")
     assert (code, out, doctor_calls) == (2, "", [])
-    assert err == "error: --nproc=0 must be at least 1. HINT: --nproc 2 runs the checks in two local ranks.\n"
+    assert err == "error: --nproc=0 must be at least 1. HINT: --nproc 2 starts two ranks.\n"
 
 
 def test_doctor_nproc_implies_ranks(cli: Run, doctor_calls: list[str]) -> None:
@@ -301,3 +301,13 @@ def test_announce_grammar(epochs: int, scaling: str, expected: str, caplog: pyte
     finally:
         logger.removeHandler(caplog.handler)
     assert caplog.messages[-1] == expected
+
+
+def test_run_dash_m_plans_a_module(cli: Run) -> None:
+    code, out, _ = cli("run", "--dry-run", "--nproc", "1", "-m", "torchslurm.cli.doctor", "--json")
+    assert code == 0 and out.splitlines()[1].endswith(" -m torchslurm.cli.doctor --json")
+
+
+def test_bench_ranks_start_by_module_name(cli: Run) -> None:
+    code, out, _ = cli("bench", "--dry-run", "--nproc", "1")
+    assert code == 0 and " -m torchslurm.cli.bench --sizes " in out.splitlines()[1]

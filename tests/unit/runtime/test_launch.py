@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from torchslurm.errors import ConfigError
-from torchslurm.runtime.launch import gpus_on_node, plan
+from torchslurm.runtime.launch import (
+    check_run_options,
+    gpus_on_node,
+    module_problem,
+    nproc_problem,
+    plan,
+    script_problem,
+)
 
 PY = "/venv/bin/python"
 BATCH = {"SLURM_JOB_ID": "77", "SLURM_NNODES": "2", "SLURM_NTASKS": "4", "SLURM_CPUS_ON_NODE": "8",
@@ -57,3 +66,34 @@ def test_gpus_on_node_from_slurm_variables() -> None:
 def test_nproc_must_be_positive() -> None:
     with pytest.raises(ConfigError, match=r"--nproc=0 must be at least 1\. HINT"):
         plan({}, "t.py", [], 0, PY, 0)
+
+
+def test_module_runs_as_python_dash_m_in_every_mode() -> None:
+    local = plan({}, "pkg.rank", ["--x"], 1, PY, 0, module=True)
+    assert (local.argv, local.script, local.module) == ((PY, "-m", "pkg.rank", "--x"), "pkg.rank", True)
+    assert plan(SRUN, "pkg.rank", [], None, PY, 0, module=True).argv == (PY, "-m", "pkg.rank")
+    assert plan(BATCH, "pkg.rank", ["a"], None, PY, 0, module=True).argv[-6:] == (
+        "-m", "torchslurm", "run", "-m", "pkg.rank", "a")
+
+
+def test_nproc_problem_is_the_one_rule() -> None:
+    assert nproc_problem(None) is None and nproc_problem(1) is None
+    problem = nproc_problem(-1)
+    assert problem is not None
+    assert (problem.message, problem.hint) == ("--nproc=-1 must be at least 1.", "--nproc 2 starts two ranks.")
+
+
+def test_a_module_that_python_cannot_find_is_refused() -> None:
+    assert module_problem("torchslurm.cli.doctor") is None
+    problem = module_problem("torchslurm.no_such_module")
+    assert problem is not None and problem.message == (
+        "module 'torchslurm.no_such_module' cannot be imported here; expected a module that `python -m` can run.")
+    with pytest.raises(ConfigError, match=r"module 'nope_pkg\.x' cannot be imported here"):
+        check_run_options("nope_pkg.x", None, 0, module=True)
+
+
+def test_script_problem_is_an_error_with_a_hint(tmp_path: Path) -> None:
+    problem = script_problem(str(tmp_path / "none.py"))
+    assert problem is not None and problem.hint == (
+        "give the path of the training script, e.g. `torchslurm run --nproc 2 train.py`.")
+    assert script_problem(__file__) is None
