@@ -59,8 +59,8 @@ def expand(expression: str, max_hosts: int = MAX_HOSTS) -> list[str]:
     total = sum(token.count() for token in tokens)
     if total > max_hosts:
         raise HostlistError(
-            f"hostlist {expression!r} expands to {total} hosts, more than the limit of {max_hosts}. "
-            "HINT: check the ranges for a typo (an extra digit), or pass a larger max_hosts."
+            f"hostlist {expression!r} expands to {total} hosts, more than the limit of {max_hosts}.",
+            "check the ranges for a typo (an extra digit), or pass a larger max_hosts."
         )
     hosts: list[str] = []
     for token in tokens:
@@ -105,15 +105,15 @@ def expand_counts(value: str, max_total: int = MAX_HOSTS) -> list[int]:
         match = _COUNT.fullmatch(item.strip())
         if match is None:
             raise HostlistError(
-                f"count list {value!r}: element {item!r} is not `N` or `N(xK)`. "
-                "HINT: pass the value of SLURM_TASKS_PER_NODE / SLURM_JOB_CPUS_PER_NODE unchanged, "
+                f"count list {value!r}: element {item!r} is not `N` or `N(xK)`.",
+                "pass the value of SLURM_TASKS_PER_NODE / SLURM_JOB_CPUS_PER_NODE unchanged, "
                 "e.g. '2(x3),1'."
             )
         repeat = int(match.group(2) or 1)
         if repeat == 0 or len(counts) + repeat > max_total:
             raise HostlistError(
-                f"count list {value!r}: repeat in {item!r} must be between 1 and {max_total} nodes in all. "
-                "HINT: pass the value Slurm set, e.g. '2(x3),1'."
+                f"count list {value!r}: repeat in {item!r} must be between 1 and {max_total} nodes in all.",
+                "pass the value Slurm set, e.g. '2(x3),1'."
             )
         counts.extend([int(match.group(1))] * repeat)
     return counts
@@ -225,9 +225,9 @@ def _check_host(host: str) -> None:
     if not host or any(char in _SEPARATORS or char in "[]" for char in host):
         raise HostlistError(
             f"host name {host!r} cannot be written in a hostlist: it is empty or holds a separator "
-            "(comma, space, tab, newline) or a bracket. HINT: pass plain host names such as 'node01'."
+            "(comma, space, tab, newline) or a bracket.", "pass plain host names such as 'node01'."
         )
 
 
 def _error(expression: str, problem: str, hint: str) -> HostlistError:
-    return HostlistError(f"invalid hostlist {expression!r}: {problem}. HINT: {hint}.")
+    return HostlistError(f"invalid hostlist {expression!r}: {problem}.", f"{hint}.")

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+ABOVE = "the lines above say why."
 RANK_PROGRAM = "torchslurm.cli.doctor"
 """What each rank of `--ranks` runs: `python -m RANK_PROGRAM` (this module's `rank_main`)."""
 
@@ -35,7 +36,9 @@ def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
                         help="really join the process group (short timeout) and time one all_reduce")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="S",
                         help="--connect: seconds to wait for the other ranks (default 30)")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+    from torchslurm.runtime.devices import BACKENDS
+
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
                         help="the backend you intend to use (default: NCCL with GPUs, else Gloo)")
 
 
@@ -88,6 +91,7 @@ def check_ranks(args: argparse.Namespace) -> int:
     `srun --kill-on-bad-exit` a rank that exits 1 gets the others killed before they print.
     """
     from torchslurm.doctor.checks import missing_ranks
+    from torchslurm.errors import TorchSlurmError
 
     rank_args = [*(["--connect"] if args.connect else []), "--timeout", str(args.timeout),
                  *(["--backend", args.backend] if args.backend else [])]
@@ -95,25 +99,27 @@ def check_ranks(args: argparse.Namespace) -> int:
     reports, unreadable, exit_code = _collect([sys.executable, "-m", "torchslurm", "run", *nproc,
                                                "-m", RANK_PROGRAM, *rank_args])
     if not reports:
-        print(f"error: no rank reported (torchslurm run exited with code {exit_code}). HINT: the lines "
-              "above say why; `torchslurm doctor` without --ranks checks this process alone.", file=sys.stderr)
+        error = TorchSlurmError(f"no rank reported (torchslurm run exited with code {exit_code}).", "the lines "
+                                "above say why; `torchslurm doctor` without --ranks checks this process alone.")
+        print(f"error: {error}", file=sys.stderr)
         return exit_code or 1
     for result in reports:
         sys.stdout.write(json.dumps(result.to_json()) + "\n" if args.json else render(result))
     problems = []
     if missing := missing_ranks(reports):
         world = max(r.world_size or 1 for r in reports)  # known: missing_ranks needs a world size
-        problems.append(f"rank(s) {', '.join(map(str, missing))} of {world} did not report (torchslurm run "
-                        f"exited with code {exit_code}). HINT: the lines above say why.")
+        problems.append(TorchSlurmError(f"rank(s) {', '.join(map(str, missing))} of {world} did not report "
+                                        f"(torchslurm run exited with code {exit_code}).", ABOVE))
     if unreadable:
-        problems.append(f"{unreadable} report(s) arrived cut or mixed up. HINT: run it again; or give each task "
-                        "its own file: srun --output=doctor-%t.json torchslurm doctor --json.")
+        problems.append(TorchSlurmError(f"{unreadable} report(s) arrived cut or mixed up.", "run it again; or give "
+                                        "each task its own file: srun --output=doctor-%t.json torchslurm doctor "
+                                        "--json."))
     if any(result.failed for result in reports):
-        problems.append("the doctor found a failure in at least one rank (see its report above). HINT: fix what "
-                        "the FAIL lines name (each has its own HINT), then run it again.")
+        problems.append(TorchSlurmError("the doctor found a failure in at least one rank (see its report above).",
+                                        "fix what the FAIL lines name (each has its own HINT), then run it again."))
     if exit_code and not problems:
-        problems.append(f"every rank reported, but torchslurm run exited with code {exit_code}. HINT: the lines "
-                        "above say why.")
+        problems.append(TorchSlurmError(f"every rank reported, but torchslurm run exited with code {exit_code}.",
+                                        ABOVE))
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0

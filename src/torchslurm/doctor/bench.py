@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, below_minimum, not_one_of
+from torchslurm.runtime.devices import BACKENDS
 
 if TYPE_CHECKING:
     from torchslurm.runtime.distributed import DistContext
@@ -54,16 +55,16 @@ class BenchConfig:
         unknown = [op for op in self.ops if op not in OPS]
         if unknown or not self.ops:
             raise ConfigError(f"--ops={','.join(self.ops)!r}: {', '.join(unknown) or 'empty'} is not a collective "
-                              f"this benchmark runs. HINT: choose from {', '.join(OPS)}.")
+                              "this benchmark runs.", f"choose from {', '.join(OPS)}.")
         if not self.sizes:
             object.__setattr__(self, "sizes", parse_sizes(DEFAULT_SIZES))
         if self.iters < 1:
-            raise ConfigError(f"--iters={self.iters} must be at least 1. HINT: --iters 20.")
+            raise below_minimum("--iters", self.iters, 1, hint="--iters 20.")
         if self.warmup < 0:
-            raise ConfigError(f"--warmup={self.warmup} must be 0 or more. HINT: --warmup 5.")
-        if self.backend not in (None, "gloo", "nccl"):
-            raise ConfigError(f"--backend={self.backend!r} is not supported. HINT: choose gloo or nccl, or leave "
-                              "it unset (NCCL on GPUs, Gloo on CPUs).")
+            raise below_minimum("--warmup", self.warmup, 0, hint="--warmup 5.")
+        if self.backend not in (None, *BACKENDS):
+            raise not_one_of("--backend", self.backend, BACKENDS,
+                             hint="choose gloo or nccl, or leave it unset (NCCL on GPUs, Gloo on CPUs).")
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,11 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     for part in (p for p in text.split(",") if p.strip()):
         match = _SIZE.match(part)
         if match is None or int(match.group(1)) == 0:
-            raise ConfigError(f"--sizes: {part.strip()!r} is not a message size. HINT: sizes such as "
-                              "--sizes 4K,1M,64M (bytes, with K/M/G = 1024-based units).")
+            raise ConfigError(f"--sizes: {part.strip()!r} is not a message size.",
+                              "sizes such as --sizes 4K,1M,64M (bytes, with K/M/G = 1024-based units).")
         sizes.append(int(match.group(1)) * _UNITS[match.group(2).upper()])
     if not sizes:
-        raise ConfigError(f"--sizes={text!r} lists no size. HINT: --sizes {DEFAULT_SIZES}.")
+        raise ConfigError(f"--sizes={text!r} lists no size.", f"--sizes {DEFAULT_SIZES}.")
     return tuple(sizes)
 
 
@@ -113,7 +114,7 @@ def bus_factor(op: str, world_size: int) -> float:
     n = world_size
     factors = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "broadcast": 1.0}
     if op not in factors:
-        raise ConfigError(f"op={op!r} has no bus bandwidth formula. HINT: choose from {', '.join(OPS)}.")
+        raise not_one_of("op", op, OPS, hint=f"choose from {', '.join(OPS)}: these have a bus bandwidth formula.")
     return factors[op]
 
 

@@ -1,9 +1,9 @@
-"""`torchslurm doctor`'s checks: the seeds' troubleshooting sections as pure functions that find the fault.
+"""`torchslurm doctor`'s checks: the usual causes of a hung or failed distributed start, as pure functions.
 
 Each check is a pure function of recorded `Facts` (the environ mapping, this host's interfaces,
 what MASTER_ADDR resolves to, torch's versions, which Slurm commands are on PATH) and returns a
 `Check(name, status, detail, hint)`; `run_checks` runs them all and `report` gathers them into a
-`Report`. Their types live in torchslurm.doctor.facts, the network checks in torchslurm.netcheck. No
+`Report`. Their types live in torchslurm.doctor.facts, the network checks in torchslurm.doctor.netcheck. No
 effects here: torchslurm.doctor.probe records the facts (`gather`) and tries a real process group
 (`check_connect`); rendering lives in the CLI (torchslurm.cli.doctor), the only place that prints.
 
@@ -26,7 +26,6 @@ from torchslurm.doctor.facts import (
     placement,
     requested_backend,
     skipped,
-    split_hint,
 )
 from torchslurm.doctor.netcheck import check_interfaces, check_master_addr, check_master_port
 from torchslurm.errors import ConfigError, EnvError, TorchSlurmError
@@ -48,7 +47,8 @@ def check_placement(facts: Facts) -> Check:
     except EnvError as exc:
         return from_error("placement", exc)
     if env.warnings:
-        detail, hint = split_hint(" ".join(env.warnings))
+        detail = " ".join(warning.message for warning in env.warnings)
+        hint = " ".join(warning.hint for warning in env.warnings if warning.hint)
         if env.launcher == "batch":
             hint += " To check every node: srun torchslurm doctor (or torchslurm doctor --ranks)."
         return Check("placement", "warn", detail, hint, env.launcher)
@@ -102,7 +102,7 @@ def check_gpus(facts: Facts) -> Check:
 
 def check_backend(facts: Facts, requested: str | None = None) -> Check:
     requested, source = requested_backend(facts, requested)
-    if requested is not None and requested not in ("gloo", "nccl"):
+    if requested is not None and requested not in devices.BACKENDS:
         return Check("backend", "fail", f"{source} is not a backend torchslurm supports.",
                      "choose gloo or nccl, or leave it unset (NCCL on GPUs, Gloo on CPUs).", requested)
     t = facts.torch

@@ -63,8 +63,8 @@ class Facts:
     """This host's UP interfaces and addresses."""
     master_ips: tuple[str, ...] = ()
     """What the master's name resolves to here (empty when it does not)."""
-    resolve_error: str = ""
-    """The resolver's complaint when the master's name does not resolve."""
+    resolve_error: EnvError | None = None
+    """Why the master's name does not resolve here (netif.resolve's error); None when it does."""
     source: str | None = None
     """The local address the kernel would use to reach the master; None when unroutable."""
     own_addresses: tuple[str, ...] = ()
@@ -151,15 +151,9 @@ def requested_backend(facts: Facts, requested: str | None) -> tuple[str | None, 
     return (value, f"TORCHSLURM_BACKEND={value}") if value else (None, "")
 
 
-def split_hint(message: str) -> tuple[str, str]:
-    detail, _, hint = message.partition("HINT:")
-    return detail.strip(), hint.strip()
-
-
 def from_error(name: str, exc: TorchSlurmError, value: str = "") -> Check:
-    """A failed check from a runtime error: its message up to HINT: as the detail, the rest as the hint."""
-    detail, hint = split_hint(str(exc))
-    return Check(name, "fail", detail, hint, value)
+    """A failed check from a runtime error: its message as the detail, its hint as the hint."""
+    return Check(name, "fail", exc.message, exc.hint or "", value)
 
 
 def skipped(name: str) -> Check:

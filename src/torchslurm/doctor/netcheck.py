@@ -18,7 +18,6 @@ from torchslurm.doctor.facts import (
     placement,
     requested_backend,
     skipped,
-    split_hint,
 )
 from torchslurm.errors import EnvError
 from torchslurm.runtime import distenv, netif
@@ -34,7 +33,7 @@ def check_master_addr(facts: Facts) -> Check:
     hard_coded = bool(facts.environ.get("MASTER_ADDR"))
     given = f"MASTER_ADDR={master}" if hard_coded else f"MASTER_ADDR (unset; torchslurm uses {master})"
     if facts.resolve_error:
-        return from_error("master_addr", EnvError(facts.resolve_error), value=master)
+        return from_error("master_addr", facts.resolve_error, value=master)
     if not facts.master_ips:
         return Check("master_addr", "fail", f"{given} resolves to no address here.",
                      "use a node name of this job or an IP address.", master)
@@ -95,7 +94,7 @@ def check_interfaces(facts: Facts, backend: str | None = None) -> list[Check]:
     env = placement(facts.environ)
     if env is None:
         return [skipped(name.lower()) for name in netif.ENV_NAMES]
-    chosen, why = _chosen_interface(facts, env)
+    chosen, why, fix = _chosen_interface(facts, env)
     requested = requested_backend(facts, backend)[0]
     uses_nccl = (requested or ("nccl" if facts.torch and facts.torch.cuda_device_count else "gloo")) == "nccl"
     checks = []
@@ -103,9 +102,8 @@ def check_interfaces(facts: Facts, backend: str | None = None) -> list[Check]:
         name, value = var.lower(), facts.environ.get(var)
         if not value:
             if chosen is None:
-                detail, hint = split_hint(why)
-                checks.append(Check(name, "fail", f"{var} unset and torchslurm cannot choose an interface: {detail}",
-                                    hint or f"set {var} to the interface of the cluster network on this node "
+                checks.append(Check(name, "fail", f"{var} unset and torchslurm cannot choose an interface: {why}",
+                                    fix or f"set {var} to the interface of the cluster network on this node "
                                     f"({_names(facts.interfaces)})."))
             else:
                 checks.append(Check(name, "ok", f"{var} unset: torchslurm sets it to {chosen} ({why}).", value=chosen))
@@ -115,16 +113,19 @@ def check_interfaces(facts: Facts, backend: str | None = None) -> list[Check]:
     return checks
 
 
-def _chosen_interface(facts: Facts, env: distenv.DistEnv) -> tuple[str | None, str]:
+def _chosen_interface(facts: Facts, env: distenv.DistEnv) -> tuple[str | None, str, str | None]:
+    """(the interface torchslurm would pick or None, why, the fix when there is none and netif knows it)."""
     master = master_name(env, facts.environ)
     if facts.resolve_error or not facts.master_ips:
-        return None, f"MASTER_ADDR={master!r} does not resolve here (see master_addr)"
+        return None, f"MASTER_ADDR={master!r} does not resolve here (see master_addr)", None
     if facts.source is None:
-        return None, f"no route to MASTER_ADDR={master!r} ({facts.master_ips[0]})"
+        return None, f"no route to MASTER_ADDR={master!r} ({facts.master_ips[0]})", None
     try:
-        return netif.choose_interface(master, facts.master_ips, facts.source, facts.interfaces, facts.own_addresses)
+        name, why = netif.choose_interface(master, facts.master_ips, facts.source, facts.interfaces,
+                                           facts.own_addresses)
     except EnvError as exc:
-        return None, str(exc)
+        return None, exc.message, exc.hint
+    return name, why, None
 
 
 def _user_interface(var: str, value: str, facts: Facts, env: distenv.DistEnv, chosen: str | None,

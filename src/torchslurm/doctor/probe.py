@@ -34,13 +34,14 @@ def gather(environ: Mapping[str, str], which: Callable[[str], str | None] | None
     which = which or (lambda name: shutil.which(name, path=environ.get("PATH", "")))
     torch_facts, torch_error = _torch_facts()
     master_ips: tuple[str, ...] = ()
-    resolve_error, source = "", None
+    resolve_error: EnvError | None = None
+    source = None
     env = facts.placement(environ)
     if env is not None:
         try:
             master_ips = tuple(netif.resolve(facts.master_name(env, environ)))
         except EnvError as exc:
-            resolve_error = str(exc)
+            resolve_error = exc
         source = next((s for s in map(netif.source_address, master_ips) if s is not None), None)
     first = facts.first_node(env, environ) if env is not None else None
     try:

@@ -1,7 +1,8 @@
 """Which CUDA device this rank uses, decided from its environment and the visible device count.
 
-Pure, no torch: the caller passes `torch.cuda.device_count()`. The rules come from what a real
-slurmd 22.05 gave each task (../shared/slurm-lab.md §4):
+Pure, no torch: the caller passes `torch.cuda.device_count()`. The rules follow what slurmd
+(22.05) gives each task (man srun: --gpus-per-task, --gpu-bind; man cgroup.conf: ConstrainDevices),
+as recorded in tests/fixtures/gpu_env:
 
 - CUDA_VISIBLE_DEVICES holds indexes among the devices this process can see, never physical
   ones: with ConstrainDevices every task of `--gpus-per-task=1` sees `0`, and with
@@ -22,7 +23,10 @@ from typing import Literal
 from torchslurm import hostlist
 from torchslurm.errors import ConfigError
 
-__all__ = ["DeviceChoice", "choose_device", "per_task_binding"]
+__all__ = ["BACKENDS", "DeviceChoice", "choose_device", "per_task_binding"]
+
+BACKENDS = ("gloo", "nccl")
+"""The torch.distributed backends torchslurm sets up: NCCL for ranks on a CUDA device, Gloo for any."""
 
 # --gpu-bind types that give every task its own GPUs (man srun, --gpu-bind). `closest` does not:
 # tasks on one socket share the same set, so it counts as a shared view.
@@ -59,7 +63,8 @@ def choose_device(
         raise ConfigError(
             f"{sharers} ranks share the {cuda_device_count} CUDA device(s) visible here "
             f"(CUDA_VISIBLE_DEVICES={visible!r}, {view}); rank slot {slot} has no GPU of its own, and two "
-            f"NCCL ranks on one GPU hang or crash. HINT: request one GPU per rank (--gpus-per-node="
+            "NCCL ranks on one GPU hang or crash.",
+            f"request one GPU per rank (--gpus-per-node="
             f"{sharers}, or --gpus-per-task=1), or start {cuda_device_count} rank(s) per node "
             f"(--ntasks-per-node={cuda_device_count} under srun, --nproc {cuda_device_count} locally)."
         )

@@ -24,6 +24,7 @@ PORT_SPAN = 32768 - PORT_BASE
 # are less than PORT_SPAN // STEP_SLOTS apart never collide, nor do ids that share their last
 # digits (Lightning derives its port from the last 4 digits and collides there).
 STEP_SLOTS = 8
+SLURM_SETS_THEM = "these come from Slurm itself; check that no script exports SLURM_* variables by hand."
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ class DistEnv:
     """SLURM_JOB_ID (with array task as JOBID_TASKID), or None outside Slurm."""
     reason: str
     """One sentence saying how this was decided."""
-    warnings: tuple[str, ...] = field(default=())
-    """Things that are legal but probably not what the user wanted."""
+    warnings: tuple[EnvError, ...] = field(default=())
+    """Things that are legal but probably not what the user wanted (reported, never raised)."""
     agent_store: bool = False
     """torchrun's agent hosts the store on master_addr:master_port, so rank 0 is a client too."""
     restart_count: int = 0
@@ -119,7 +120,7 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
     by_torchrun = "TORCHELASTIC_RUN_ID" in environ
     who = "torchrun" if by_torchrun else "RANK set in the environment"
     _require(environ, ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"), who,
-             "HINT: start the script with torchrun or `torchslurm run`, or unset RANK so that "
+             "start the script with torchrun or `torchslurm run`, or unset RANK so that "
              "torchslurm derives the placement from Slurm.")
     rank, world = _int("RANK", environ["RANK"]), _int("WORLD_SIZE", environ["WORLD_SIZE"])
     local_rank = _int("LOCAL_RANK", environ["LOCAL_RANK"])
@@ -158,8 +159,8 @@ def from_open_mpi(environ: Mapping[str, str], free_port: Callable[[], int]) -> D
     if master is None:
         raise EnvError(
             f"mpirun started this process (OMPI_COMM_WORLD_RANK={rank}) but MASTER_ADDR is not set, "
-            "and outside Slurm there is no node list to find rank 0's host. "
-            "HINT: mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=<free port> python train.py"
+            "and outside Slurm there is no node list to find rank 0's host.",
+            "mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=<free port> python train.py"
         )
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
@@ -186,8 +187,7 @@ def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
     if sum(per_node) != world:
         raise EnvError(
             f"SLURM_STEP_TASKS_PER_NODE={_first(environ, 'SLURM_STEP_TASKS_PER_NODE', 'SLURM_TASKS_PER_NODE')!r} "
-            f"adds up to {sum(per_node)} tasks but SLURM_STEP_NUM_TASKS={world}. "
-            "HINT: these come from Slurm itself; check that no script exports SLURM_* variables by hand."
+            f"adds up to {sum(per_node)} tasks but SLURM_STEP_NUM_TASKS={world}.", SLURM_SETS_THEM
         )
     local_world = per_node[node_rank]
     _check_rank("SLURM_LOCALID", local_rank, "this node's task count", local_world)
@@ -209,13 +209,13 @@ def from_allocation_shell(environ: Mapping[str, str], free_port: Callable[[], in
         return None
     tasks = _int("SLURM_NTASKS", environ.get("SLURM_NTASKS", "1"))
     nodes = _int("SLURM_NNODES", _first(environ, "SLURM_NNODES", "SLURM_JOB_NUM_NODES", default="1"))
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[EnvError, ...] = ()
     if tasks > 1 or nodes > 1:
-        warnings = (
+        warnings = (EnvError(
             f"this Slurm allocation has {tasks} task(s) on {nodes} node(s) (SLURM_NTASKS={tasks}, "
             f"SLURM_NNODES={nodes}) but this process was not started by srun, so it runs alone and "
-            "uses one node's resources. HINT: srun python train.py, or `torchslurm run train.py`, "
-            "which starts one rank per allocated task on every node.",
+            "uses one node's resources.", "srun python train.py, or `torchslurm run train.py`, "
+            "which starts one rank per allocated task on every node."),
         )
     return DistEnv(
         rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, num_nodes=1,
@@ -244,7 +244,9 @@ def _slurm_nodes(environ: Mapping[str, str]) -> list[str]:
             try:
                 return hostlist.expand(environ[name])
             except HostlistError as exc:
-                raise EnvError(f"{name}={environ[name]!r} is not a valid Slurm hostlist: {exc}") from exc
+                raise EnvError(f"{name}={environ[name]!r} is not a valid Slurm hostlist: {exc.message}",
+                               f"srun sets {name} to the step's nodes; if a script exports it, remove that "
+                               "line (`scontrol show hostnames` expands a valid one).") from exc
     return []
 
 
@@ -253,28 +255,31 @@ def _tasks_per_node(environ: Mapping[str, str], node_count: int) -> list[int]:
     if name not in environ:
         raise EnvError(
             "srun task without SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE: cannot tell how many "
-            "ranks run on this node. HINT: these are set by srun; do not start tasks with a partial "
+            "ranks run on this node.", "these are set by srun; do not start tasks with a partial "
             "copy of a Slurm environment."
         )
     try:
         counts = hostlist.expand_counts(environ[name])
     except HostlistError as exc:
-        raise EnvError(f"{name}={environ[name]!r} is malformed: {exc}") from exc
+        raise EnvError(f"{name}={environ[name]!r} is malformed: {exc.message}",
+                       f"srun sets {name} to counts such as '2(x3),1'; if a script exports it, remove that "
+                       "line.") from exc
     if node_count and len(counts) != node_count:
         raise EnvError(
-            f"{name}={environ[name]!r} lists {len(counts)} node(s) but the step node list has {node_count}. "
-            "HINT: these come from Slurm itself; check that no script exports SLURM_* variables by hand."
+            f"{name}={environ[name]!r} lists {len(counts)} node(s) but the step node list has {node_count}.",
+            SLURM_SETS_THEM
         )
     return counts
 
 
 def _check_inherited_rank(environ: Mapping[str, str], rank: int) -> None:
-    """RANK exported in a batch script is inherited by every srun task (seed 000's script)."""
+    """RANK exported in a batch script is inherited by every srun task (srun propagates the whole
+    environment by default, man srun --export)."""
     procid = environ.get("SLURM_PROCID")
     if "SLURM_STEP_ID" in environ and procid is not None and procid.isdigit() and int(procid) != rank:
         raise EnvError(
             f"RANK={rank} but this srun task has SLURM_PROCID={procid}: RANK was exported in the job "
-            "script and every task inherited the same value, so ranks collide. HINT: remove the "
+            "script and every task inherited the same value, so ranks collide.", "remove the "
             "`export RANK=…`/`WORLD_SIZE=…` lines; torchslurm derives them from srun."
         )
 
@@ -283,16 +288,16 @@ def _require(environ: Mapping[str, str], names: tuple[str, ...], who: str, hint:
     missing = [n for n in names if n not in environ]
     if missing:
         present = ", ".join(f"{n}={environ[n]}" for n in names if n in environ) or "none of them"
-        raise EnvError(f"{who}, but {', '.join(missing)} not set ({present}): half a torchrun environment. {hint}")
+        raise EnvError(f"{who}, but {', '.join(missing)} not set ({present}): half a torchrun environment.", hint)
 
 
 def _check_rank(name: str, value: int, size_name: str, size: int) -> None:
     if size < 1:
-        raise EnvError(f"{size_name}={size} must be at least 1. HINT: check the launcher's arguments.")
+        raise EnvError(f"{size_name}={size} must be at least 1.", "check the launcher's arguments.")
     if not 0 <= value < size:
         raise EnvError(
-            f"{name}={value} is outside 0..{size - 1} ({size_name}={size}). "
-            "HINT: the launcher's variables disagree; do not set rank variables by hand in job scripts."
+            f"{name}={value} is outside 0..{size - 1} ({size_name}={size}).",
+            "the launcher's variables disagree; do not set rank variables by hand in job scripts."
         )
 
 
@@ -300,14 +305,14 @@ def _int(name: str, value: str) -> int:
     try:
         return int(value.strip())
     except ValueError:
-        raise EnvError(f"{name}={value!r} is not an integer. HINT: unset {name} or set it to a whole number.") from None
+        raise EnvError(f"{name}={value!r} is not an integer.", f"unset {name} or set it to a whole number.") from None
 
 
 def _port(value: str) -> int:
     port = _int("MASTER_PORT", value)
     if not 1 <= port <= 65535:
-        raise EnvError(f"MASTER_PORT={port} is not a TCP port (1-65535). HINT: unset MASTER_PORT to let "
-                       "torchslurm derive a job-unique port.")
+        raise EnvError(f"MASTER_PORT={port} is not a TCP port (1-65535).",
+                       "unset MASTER_PORT to let torchslurm derive a job-unique port.")
     return port
 
 
@@ -330,5 +335,7 @@ def _first(environ: Mapping[str, str], *names: str, default: str | None = None) 
         if name in environ:
             return environ[name]
     if default is None:
-        raise EnvError(f"none of {', '.join(names)} is set.")
+        raise EnvError(f"none of {', '.join(names)} is set.",
+                       "srun sets them in every task; start the program with srun, not with a partial copy "
+                       "of a Slurm environment.")
     return default

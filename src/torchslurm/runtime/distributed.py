@@ -23,14 +23,14 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
-from torchslurm.errors import ConfigError, DistributedError
+from torchslurm.errors import ConfigError, DistributedError, not_one_of
 from torchslurm.runtime import devices, netif
+from torchslurm.runtime.devices import BACKENDS
 from torchslurm.runtime.distenv import DistEnv, detect
 from torchslurm.runtime.handshake import agree_namespace
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("gloo", "nccl")
 RUN_PREFIX = "torchslurm/"
 """Where a run's keys go in a store that rank 0 hosts (a new store for every run)."""
 DEFAULT_TIMEOUT_S = 300.0
@@ -98,8 +98,8 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     environ = os.environ if environ is None else environ
     if dist.is_available() and dist.is_initialized():
         raise DistributedError(
-            "torch.distributed is already initialised in this process. "
-            "HINT: call torchslurm.init() once, or torchslurm.shutdown() before calling it again."
+            "torch.distributed is already initialised in this process.",
+            "call torchslurm.init() once, or torchslurm.shutdown() before calling it again."
         )
     env = detect(environ)
     for warning in env.warnings:
@@ -148,12 +148,12 @@ def choose_backend(requested: str | None, device: torch.device, setting: str = "
     if requested is None:
         return "nccl" if device.type == "cuda" else "gloo"
     if requested not in BACKENDS:
-        raise ConfigError(f"{setting}={requested!r} is not supported; choose one of {', '.join(BACKENDS)}. "
-                          "HINT: leave backend unset to pick NCCL on GPUs and Gloo on CPUs.")
+        raise not_one_of(setting, requested, BACKENDS,
+                         hint="leave backend unset to pick NCCL on GPUs and Gloo on CPUs.")
     if requested == "nccl" and device.type != "cuda":
         raise ConfigError(
             f"{setting}='nccl' but this rank has no CUDA device (torch.cuda.device_count()="
-            f"{torch.cuda.device_count()}). NCCL only runs on GPUs. HINT: use backend='gloo' on CPU "
+            f"{torch.cuda.device_count()}). NCCL only runs on GPUs.", "use backend='gloo' on CPU "
             "nodes, or request GPUs from Slurm (--gpus-per-node)."
         )
     return requested
@@ -177,15 +177,16 @@ def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeou
             timeout=timeout, device_id=device if device.type == "cuda" else None,
         )
     except (RuntimeError, OSError, TimeoutError, ValueError) as exc:
-        raise DistributedError(_unreachable_message(env, timeout, environ, exc)) from exc
+        raise _unreachable(env, timeout, environ, exc) from exc
     return prefix
 
 
 def _store(env: DistEnv, timeout: timedelta) -> tuple[Store, str]:
     """The job's TCPStore (rank 0 hosts it, unless torchrun's agent does) and this run's prefix in
     it. torchrun's agent keeps its store across restarts: restarted workers that read the dead
-    workers' Gloo addresses fail with "Connection refused" (seen on the sandbox), so there the
-    ranks agree on a fresh prefix first (torchslurm.runtime.handshake)."""
+    workers' Gloo addresses fail with "Connection refused" (the agent store still holds the
+    previous workers' keys), so there the ranks agree on a fresh prefix first
+    (torchslurm.runtime.handshake)."""
     store = TCPStore(env.master_addr, env.master_port, env.world_size,
                      is_master=env.is_main and not env.agent_store, timeout=timeout, multi_tenant=True)
     prefix = (agree_namespace(store, env.rank, env.world_size, timeout.total_seconds()) if env.agent_store
@@ -201,32 +202,32 @@ def _check_all_joined(env: DistEnv, device: torch.device) -> None:
     except (RuntimeError, OSError) as exc:
         shutdown(wait_for_peers=False)
         raise DistributedError(
-            f"rank {env.rank} joined the process group but the first all_reduce failed: {exc}. "
-            "HINT: a peer died during start-up, or the network between nodes drops traffic; "
+            f"rank {env.rank} joined the process group but the first all_reduce failed: {exc}.",
+            "a peer died during start-up, or the network between nodes drops traffic; "
             "run `torchslurm run` again with -v for each rank's placement."
         ) from exc
     if int(ones.item()) != env.world_size:
         shutdown(wait_for_peers=False)
         raise DistributedError(
-            f"rank {env.rank}: {int(ones.item())} rank(s) answered but WORLD_SIZE={env.world_size}. "
-            "HINT: two jobs share MASTER_ADDR:MASTER_PORT; unset MASTER_PORT so torchslurm derives a "
+            f"rank {env.rank}: {int(ones.item())} rank(s) answered but WORLD_SIZE={env.world_size}.",
+            "two jobs share MASTER_ADDR:MASTER_PORT; unset MASTER_PORT so torchslurm derives a "
             "job-unique port."
         )
 
 
-def _unreachable_message(env: DistEnv, timeout: timedelta, environ: Mapping[str, str],
-                         exc: BaseException) -> str:
+def _unreachable(env: DistEnv, timeout: timedelta, environ: Mapping[str, str],
+                 exc: BaseException) -> DistributedError:
     nic = {k: environ[k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if k in environ}
     role = "could not start the store on" if env.rank == 0 else "could not reach the master at"
-    return (
+    return DistributedError(
         f"rank {env.rank} of {env.world_size} on host {socket.gethostname()} {role} "
         f"{env.master_addr}:{env.master_port} within {timeout.total_seconds():g} s "
         f"(launcher: {env.launcher}; interfaces: {nic or 'chosen by the backend'}): "
-        f"{_first_line(exc)}. "
-        "HINT: likely causes: rank 0 did not start or crashed (look at its log first); "
+        f"{_first_line(exc)}. Placement: {env.reason}",
+        "likely causes: rank 0 did not start or crashed (look at its log first); "
         "MASTER_ADDR resolves to an address other nodes cannot reach (e.g. 127.0.1.1 in /etc/hosts); "
         "a firewall blocks the port; the port is taken by another job (unset MASTER_PORT); "
-        "the ranks disagree on WORLD_SIZE. Placement: " + env.reason
+        "the ranks disagree on WORLD_SIZE."
     )
 
 

@@ -4,8 +4,8 @@ torchrun's agent hosts the workers' store and keeps it across restarts, so keys 
 dead workers of an earlier round (their Gloo addresses above all) are still there. Naming the
 round by TORCHELASTIC_RESTART_COUNT is not enough: the agents' counts differ, because an agent
 that restarts its workers for another node's failure does not count it ("membership changes do
-not count as retries", torch.distributed.elastic.agent.server.api). Seen on the sandbox: node2's
-workers waited under attempt1 while node1's used attempt0.
+not count as retries", torch.distributed.elastic.agent.server.api): after one such round, one
+node's workers would wait under attempt1 while another's use attempt0.
 
 So rank 0 picks a fresh namespace and hands it to every other rank:
   rank r > 0: hello/r = a fresh token u, then wait for welcome/r/u (a key no earlier round wrote),
@@ -78,7 +78,7 @@ def _lead(store: KeyStore, world_size: int, deadline: float, clock: Callable[[],
             missing = [r for r, ack in zip(followers, acks, strict=True) if not store.check([ack])]
             raise DistributedError(
                 f"rank 0: rank(s) {', '.join(map(str, missing))} of {world_size} did not arrive "
-                "within the process group timeout. HINT: their nodes' logs say why (not started, "
+                "within the process group timeout.", "their nodes' logs say why (not started, "
                 "crashed during start-up, or still starting: raise timeout_s).", exit_code=1)
         sleep(POLL_S)
     return namespace
@@ -92,8 +92,8 @@ def _follow(store: KeyStore, rank: int, deadline: float, clock: Callable[[], flo
     while not _arrived(store, welcome, min(WAIT_S, max(deadline - clock(), POLL_S))):  # 0 might mean no limit
         if clock() > deadline:
             raise DistributedError(
-                f"rank {rank}: rank 0 did not answer within the process group timeout. HINT: rank 0's "
-                "log says why (not started, crashed during start-up, or still starting: raise timeout_s).",
+                f"rank {rank}: rank 0 did not answer within the process group timeout.",
+                "rank 0's log says why (not started, crashed during start-up, or still starting: raise timeout_s).",
                 exit_code=1)
         sleep(POLL_S)  # a store that fails at once (gone) is not asked in a busy loop
     namespace = store.get(welcome).decode()

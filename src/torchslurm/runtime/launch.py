@@ -58,10 +58,9 @@ def check_run_options(script: str, nproc: int | None, max_restarts: int, *, modu
     """`torchslurm run`'s flags and script, checked before any rank starts (and for --dry-run)."""
     ConfigError.raise_any([
         nproc_problem(nproc),
-        None if max_restarts >= 0 else ConfigError(  # torch's agent divides by zero on -1, after the ranks ran
-            f"--max-restarts={max_restarts} must be 0 or more.",
-            "--max-restarts 0 (the default) fails on the first error; --max-restarts 3 restarts all ranks up "
-            "to 3 times."),
+        None if max_restarts >= 0 else below_minimum(  # torch's agent divides by zero on -1, after the ranks ran
+            "--max-restarts", max_restarts, 0, hint="--max-restarts 0 (the default) fails on the first error; "
+            "--max-restarts 3 restarts all ranks up to 3 times."),
         module_problem(script) if module else script_problem(script),
     ])
 

@@ -1,12 +1,13 @@
 """Which network interface this node uses to reach MASTER_ADDR, for NCCL/GLOO_SOCKET_IFNAME.
 
 Nodes of one job often name their NICs differently (eth0, ens1f0, enp65s0f1, eno1), so one
-GLOO_SOCKET_IFNAME for all fails (seed 004's `case $RANK` block; slurm-lab.md pitfall 3). Each
-process asks its own kernel instead: a UDP socket connected to the master (this sends nothing)
-reveals the *source address* the kernel would use, and that address belongs to exactly one
-interface. `ip route get` would name `lo` on the master itself; the source address does not.
-When the source is loopback anyway (the master's hostname resolves to 127.0.1.1 on the master:
-pitfall 2), we fall back to the interface holding the address this host's name resolves to, or
+GLOO_SOCKET_IFNAME for all fails: Gloo needs an interface of that exact name on every node, and
+job scripts end up with a per-rank `case` block. Each process asks its own kernel instead: a UDP
+socket connected to the master (this sends nothing) reveals the *source address* the kernel
+would use, and that address belongs to exactly one interface. `ip route get` would name `lo` on
+the master itself; the source address does not. When the source is loopback anyway (Debian-style
+/etc/hosts maps the host's own name to 127.0.1.1, so on the master MASTER_ADDR resolves to
+loopback), we fall back to the interface holding the address this host's name resolves to, or
 to the only ordinary UP interface. Decisions are pure functions of data; the effects (resolve,
 connect, list interfaces) are small functions passed in as parameters.
 """
@@ -86,7 +87,7 @@ def socket_ifname_env(
     if source is None:
         raise EnvError(
             f"MASTER_ADDR={master_addr!r} resolves to {', '.join(master_ips)}, but this host "
-            f"({socket.gethostname()}) has no route to it. HINT: check that MASTER_ADDR names a node "
+            f"({socket.gethostname()}) has no route to it.", "check that MASTER_ADDR names a node "
             "of this job, or set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface of the cluster network."
         )
     table = (interfaces_fn or list_interfaces)()
@@ -108,7 +109,7 @@ def choose_interface(
     if holder is None:
         raise EnvError(
             f"the kernel reaches MASTER_ADDR={master_addr!r} ({master_ips[0]}) from {source}, which no UP "
-            f"interface holds ({_describe(table)}). HINT: set GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME "
+            f"interface holds ({_describe(table)}).", "set GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME "
             "to the interface of the cluster network."
         )
     if not holder.loopback:
@@ -116,7 +117,8 @@ def choose_interface(
     if _is_local_name(master_addr):
         return holder.name, f"MASTER_ADDR={master_addr} is this machine's loopback: a single-machine run"
     # The master's name resolves to loopback here, so this is the master node: peers will
-    # connect to its real address, so Gloo must not bind loopback (slurm-lab.md pitfall 2).
+    # connect to its real address, so Gloo must not bind loopback (Gloo binds the address that
+    # GLOO_SOCKET_IFNAME's interface holds, else the one the host name resolves to).
     for address in own:
         own_holder = _holder(table, address)
         if own_holder is not None and not own_holder.loopback:
@@ -131,7 +133,7 @@ def choose_interface(
     raise EnvError(
         f"MASTER_ADDR={master_addr!r} resolves to loopback ({master_ips[0]}) on this host, so it is the "
         f"master, and it has several interfaces ({', '.join(ordinary)}): peers on other nodes could not reach "
-        "a store bound to loopback and the right interface is ambiguous. HINT: give this host's name its real "
+        "a store bound to loopback and the right interface is ambiguous.", "give this host's name its real "
         "address in /etc/hosts (not 127.0.1.1), or set GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME per node."
     )
 
@@ -150,7 +152,8 @@ def parse_ip_addr(output: str) -> list[IfAddr]:
 
 def list_interfaces() -> list[IfAddr]:
     """This host's UP interfaces and their addresses: `ip -o addr show up`, else ioctl (IPv4)."""
-    # srun --export=NONE leaves tasks without PATH (slurm-lab.md pitfall 6).
+    # Under --export=NONE (also inherited through SLURM_EXPORT_ENV) srun tasks get only SLURM_*
+    # variables, no PATH (man srun, --export), so `ip` is also looked for where distros put it.
     ip = next((path for path in ("ip", *IP_PATHS) if shutil.which(path)), None)
     if ip is not None:
         result = subprocess.run([ip, "-o", "addr", "show", "up"], capture_output=True, text=True,
@@ -167,8 +170,8 @@ def resolve(master_addr: str) -> list[str]:
         infos = socket.getaddrinfo(master_addr, None, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise EnvError(
-            f"MASTER_ADDR={master_addr!r} does not resolve on host {socket.gethostname()} ({exc}). "
-            "HINT: use a host name of this job's node list (scontrol show hostnames $SLURM_JOB_NODELIST) "
+            f"MASTER_ADDR={master_addr!r} does not resolve on host {socket.gethostname()} ({exc}).",
+            "use a host name of this job's node list (scontrol show hostnames $SLURM_JOB_NODELIST) "
             "or an IP address, and check /etc/hosts or DNS on every node."
         ) from exc
     return list(dict.fromkeys(str(info[4][0]) for info in infos))

@@ -49,13 +49,13 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureF
 def test_negative_max_restarts_is_refused_before_anything_starts(cli: Run) -> None:
     code, out, err = cli("run", "--max-restarts", "-1", "--nproc", "1", "ok.py")
     assert code == 2 and out == ""
-    assert err == ("error: --max-restarts=-1 must be 0 or more. HINT: --max-restarts 0 (the default) fails on the "
+    assert err == ("error: --max-restarts=-1 must be at least 0. HINT: --max-restarts 0 (the default) fails on the "
                    "first error; --max-restarts 3 restarts all ranks up to 3 times.\n")
 
 
 def test_negative_max_restarts_is_refused_by_dry_run_too(cli: Run) -> None:
     code, out, err = cli("run", "--dry-run", "--max-restarts", "-1", "ok.py")
-    assert (code, out) == (2, "") and "--max-restarts=-1 must be 0 or more. HINT: --max-restarts 0" in err
+    assert (code, out) == (2, "") and "--max-restarts=-1 must be at least 0. HINT: --max-restarts 0" in err
 
 
 def test_every_bad_run_flag_is_named_at_once(cli: Run) -> None:
@@ -63,7 +63,7 @@ def test_every_bad_run_flag_is_named_at_once(cli: Run) -> None:
     assert code == 2
     assert err.startswith("error: 3 invalid settings:\n")
     assert "--nproc=0 must be at least 1. HINT: --nproc 2 starts two ranks." in err
-    assert "--max-restarts=-2 must be 0 or more. HINT:" in err
+    assert "--max-restarts=-2 must be at least 0. HINT:" in err
     assert "script 'nothere.py' does not exist" in err
 
 
@@ -71,7 +71,7 @@ def test_execute_refuses_negative_max_restarts_from_the_python_api(tmp_path: Pat
     script = tmp_path / "ok.py"
     script.write_text("")
     plan = launch.LaunchPlan(mode="local", argv=("python", str(script)), nproc=1)
-    with pytest.raises(launch.ConfigError, match=r"--max-restarts=-1 must be 0 or more\. HINT: --max-restarts 0"):
+    with pytest.raises(launch.ConfigError, match=r"--max-restarts=-1 must be at least 0\. HINT: --max-restarts 0"):
         launch._run_local(plan, {}, max_restarts=-1)
 
 

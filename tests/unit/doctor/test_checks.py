@@ -17,7 +17,7 @@ from torchslurm.cli.doctor import render
 from torchslurm.doctor import bench, probe
 from torchslurm.doctor import checks as doctor
 from torchslurm.doctor.checks import Check, Facts, TorchFacts
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, EnvError
 from torchslurm.runtime.netif import IfAddr
 
 SLURM_ENV = Path(__file__).parents[2] / "fixtures" / "slurm_env"
@@ -196,9 +196,9 @@ def test_localhost_master_in_a_multi_node_step_fails() -> None:
 
 
 def test_unresolvable_and_unroutable_master_fail() -> None:
-    bad = doctor.check_master_addr(facts(SRUN, master_ips=(), resolve_error="MASTER_ADDR='node1' does not "
-                                         "resolve on host node2. HINT: use a host name of this job's node list"))
-    assert bad.status == "fail" and "MASTER_ADDR='node1'" in bad.detail and "node list" in bad.hint
+    error = EnvError("MASTER_ADDR='node1' does not resolve on host node2.", "use a host name of this job's node list")
+    bad = doctor.check_master_addr(facts(SRUN, master_ips=(), resolve_error=error))
+    assert (bad.status, bad.detail, bad.hint) == ("fail", error.message, error.hint)
     unroutable = doctor.check_master_addr(facts(SRUN, source=None))
     assert unroutable.status == "fail" and "no route" in unroutable.detail
 
@@ -445,7 +445,7 @@ def test_gather_records_this_machine() -> None:
 def test_bench_validates_and_plans_without_torch(without_torch: WithoutTorch) -> None:
     result = without_torch("bench", "--nproc", "2", "--sizes", "1K,1M", "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("local: ") and "cli/bench.py --sizes 1K,1M" in result.stdout
+    assert result.stdout.startswith("local: ") and "-m torchslurm.cli.bench --sizes 1K,1M" in result.stdout
 
 
 def test_doctor_runs_and_says_so_without_torch(without_torch: WithoutTorch) -> None:
