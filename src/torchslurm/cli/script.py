@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torchslurm.errors import ConfigError
 from torchslurm.jobs import spec as jobspec
-from torchslurm.jobs.findings import Finding, validate
+from torchslurm.jobs.findings import Finding, by_severity, validate
 from torchslurm.jobs.spec import JobSpec
+from torchslurm.jobs.spelling import Spelling, command_line, flag
 
 # Spec fields with a fixed set of values, listed in --help (`--launch {srun,torchrun}`).
 CHOICES = {"launch": jobspec.LAUNCH_MODES, "backend": jobspec.BACKENDS, "gpu_flag": jobspec.GPU_FLAGS,
@@ -32,7 +33,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         if f.name in ("script", "args"):
             continue
         flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
-        doc = _field_doc(f.name)
+        doc = jobspec.field_help(f.name).replace("%", "%%")  # argparse %-formats help strings (`%x-%j.out`)
         if f.name in PREEMPTION_FIELDS:
             doc += " Given as a flag, it turns on --preemptible (unless --no-preemptible)."
         if kind == "bool":
@@ -51,17 +52,6 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="go on despite errors in the spec")
     parser.add_argument("script", nargs="?", help="training script (overrides `script` in --spec)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the training script")
-
-
-def _field_doc(name: str) -> str:
-    """The field's docstring from jobspec.py's source (one line), for --help."""
-    import inspect
-
-    source = inspect.getsource(JobSpec)
-    marker = f"    {name}:"
-    after = source.split(marker, 1)[1].split('"""', 2)
-    text = after[1].strip() if len(after) > 2 else name
-    return text.replace("%", "%%")  # argparse %-formats help strings (`%x-%j.out`)
 
 
 # Arguments after the script are the script's (as with srun and torchrun). These spec flags are
@@ -86,40 +76,41 @@ def misplaced_flags(script: str, script_args: list[str]) -> list[Finding]:
 PREEMPTION_FIELDS = ("signal", "grace_s", "requeue", "max_requeues")
 
 
+@dataclass(frozen=True)
+class Asked:
+    """A job spec as one command asked for it: the spec, the keys its --spec file set (the file is
+    read once), and how messages name the fields (flags, but keys for what only the file set)."""
+
+    spec: JobSpec
+    file_keys: frozenset[str]
+    spelling: Spelling
+
+
 def preemption_flags(args: argparse.Namespace) -> list[str]:
     """The preemption flags given on the command line, as spelled there."""
-    return [_flag(name, getattr(args, name)) for name in PREEMPTION_FIELDS if getattr(args, name, None) is not None]
+    return [flag(name, getattr(args, name)) for name in PREEMPTION_FIELDS if getattr(args, name, None) is not None]
 
 
-def _flag(name: str, value: object) -> str:
-    return ("--no-" if value is False else "--") + name.replace("_", "-")
-
-
-def _spec_file_keys(args: argparse.Namespace) -> set[str]:
-    return set(jobspec.read_file(args.spec)) if getattr(args, "spec", None) is not None else set()
-
-
-def preemptible_implied(args: argparse.Namespace) -> bool:
+def preemptible_implied(args: argparse.Namespace, file_keys: frozenset[str]) -> bool:
     """--signal/--grace-s/--requeue/--max-requeues given, preemptible said nowhere: they turn it on
     (without it none of them reaches the script, and the user asked for them)."""
     return (bool(preemption_flags(args)) and getattr(args, "preemptible", None) is None
-            and "preemptible" not in _spec_file_keys(args))
+            and "preemptible" not in file_keys)
 
 
-def preemption_findings(spec: JobSpec, args: argparse.Namespace) -> list[Finding]:
+def preemption_findings(asked: Asked, args: argparse.Namespace) -> list[Finding]:
     """Say that preemption flags turned on preemptible, or that they do nothing where it is off."""
-    flags = preemption_flags(args)
-    if spec.preemptible and preemptible_implied(args):
+    spec, flags = asked.spec, preemption_flags(args)
+    if spec.preemptible and preemptible_implied(args, asked.file_keys):
         return [Finding("info", "preemptible-implied",
                         f"{', '.join(flags)} turned on --preemptible: the script asks for "
-                        f"--signal={spec.signal}@{spec.grace_s}, {'--requeue' if spec.requeue else '--no-requeue'} "
+                        f"--signal={spec.signal}@{spec.grace_s}, {flag('requeue', spec.requeue)} "
                         "and --open-mode=append.", "pass --preemptible to say so, or drop "
                         f"{', '.join(flags)} for a job that is not preemptible")]
     if spec.preemptible:
         return []
-    in_file = _spec_file_keys(args)
-    unused = [_flag(name, getattr(args, name)) if getattr(args, name, None) is not None else f"{name} (in {args.spec})"
-              for name in PREEMPTION_FIELDS if getattr(args, name, None) is not None or name in in_file]
+    unused = [flag(name, getattr(args, name)) if getattr(args, name, None) is not None else f"{name} (in {args.spec})"
+              for name in PREEMPTION_FIELDS if getattr(args, name, None) is not None or name in asked.file_keys]
     if not unused:
         return []
     verb = "takes" if len(unused) == 1 else "take"
@@ -129,10 +120,11 @@ def preemption_findings(spec: JobSpec, args: argparse.Namespace) -> list[Finding
                     "pass --preemptible (preemptible: true in the spec file), or drop them")]
 
 
-def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    overrides: dict[str, Any] = {}
-    if preemptible_implied(args):
-        overrides["preemptible"] = True
+def spec_from_args(args: argparse.Namespace) -> Asked:
+    """The job spec of the --spec file (read here, once) and the flags, which win."""
+    from_file = jobspec.read_file(args.spec) if args.spec is not None else {}
+    file_keys = frozenset(from_file)
+    overrides: dict[str, Any] = {"preemptible": True} if preemptible_implied(args, file_keys) else {}
     for f in dataclasses.fields(JobSpec):
         value = getattr(args, f.name, None)
         if f.name in ("script", "args") or value is None:
@@ -143,97 +135,36 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
     if args.script:
         overrides["script"] = args.script
         overrides["args"] = tuple(args.args)
+    only_in_file = {key for key in file_keys if key not in overrides}
+    spelling = command_line(set(jobspec.field_names()) - only_in_file - {"script", "args"})
     # the command as run, for the hint when it names no script
     command = shlex.join(["torchslurm", *getattr(args, "argv", [args.command])])
-    try:
-        return jobspec.load(args.spec, overrides, command=command)
-    except ConfigError as exc:
-        named = [as_given(str(problem), flag_named_fields(args)) for problem in exc.problems]
-        raise type(exc).combined(named) from exc
-
-
-def flag_named_fields(args: argparse.Namespace) -> set[str]:
-    """The fields a message should name as flags: all but those the --spec file set and no flag overrode."""
-    from_file = {k for k in _spec_file_keys(args) if getattr(args, k, None) is None}
-    return set(jobspec.field_names()) - from_file - {"script", "args"}
-
-
-def as_given(text: str, fields: set[str]) -> str:
-    """Name `fields` in a job spec message as flags (`gpus_per_node=-2` -> `--gpus-per-node=-2`,
-    `set tasks_per_node: 4` -> `set --tasks-per-node 4`, `requeue: true` -> `--requeue`), the way
-    the user gave them."""
-    def boolean(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if name not in fields:
-            return m.group(0)
-        return ("--" if m.group(2).lower() == "true" else "--no-") + name.replace("_", "-")
-
-    def other(m: re.Match[str]) -> str:
-        name, sep = m.group(1), m.group(2)
-        if name not in fields:
-            return m.group(0)
-        return "--" + name.replace("_", "-") + {"=": "=", ": ": " ", " to ": " to ", "": ""}[sep]
-
-    return _BARE_MENTION.sub(other, _MENTION.sub(other, _BOOL_MENTION.sub(boolean, text)))
-
-
-def _names(names: list[str]) -> str:
-    return "|".join(sorted(names, key=len, reverse=True))
-
-
-# a field in a message: `name=value`, `name: value` (as in a spec file) or `name to ...`
-_MENTION = re.compile(rf"(?<![\w.`-])({_names(jobspec.field_names())})(=|: | to )")
-# `tasks_per_node` in prose: only names with `_`, which are never English words (`time`, `nodes` are)
-_BARE_MENTION = re.compile(rf"(?<![\w.`-])({_names([n for n in jobspec.field_names() if '_' in n])})()(?![\w=:])")
-_BOOL_MENTION = re.compile(rf"(?<![\w.`-])({_names(['preemptible', 'requeue', 'per_rank_output'])})(?:=|: )"
-                           r"(true|false|True|False)\b")
+    source = "flags" if args.spec is None else str(args.spec)
+    spec = jobspec.from_mapping({**from_file, **overrides}, source=source, command=command, spelling=spelling)
+    return Asked(spec, file_keys, spelling)
 
 
 def _key_value(item: str) -> tuple[str, str]:
     key, eq, value = item.partition("=")
     if not eq:
-        raise ConfigError(f"--env {item!r} has no '='. HINT: write --env NAME=VALUE, e.g. --env NCCL_DEBUG=INFO.")
+        raise ConfigError(f"--env {item!r} has no '='.", "write --env NAME=VALUE, e.g. --env NCCL_DEBUG=INFO.")
     return key, value
 
 
-def findings_of(spec: JobSpec, args: argparse.Namespace, slurm_version: str | None,
+def findings_of(asked: Asked, args: argparse.Namespace, slurm_version: str | None,
                 submitting: bool = False) -> list[Finding]:
     """validate()'s findings, an error for each Slurm flag given after the script, bash's verdict
     on the rendered script (a --setup line with an unbalanced quote), and the files the job needs."""
     from torchslurm.jobs.sbatch import render
+    from torchslurm.jobs.submit import missing_log_dirs, script_missing
 
+    spec = asked.spec
     misplaced = misplaced_flags(args.script, args.args) if args.script else []
-    from torchslurm.jobs.submit import script_missing
-
-    local = script_missing(spec, Path.cwd(), submitting) + preemption_findings(spec, args)
-    if not submitting:  # submit creates the log directories instead (job.prepare)
+    local = script_missing(spec, Path.cwd(), submitting) + preemption_findings(asked, args)
+    if not submitting:  # submit creates the log directories instead (submit.prepare)
         local += missing_log_dirs(spec, Path.cwd())
-    fields = flag_named_fields(args)
-    checked = [dataclasses.replace(f, message=as_given(f.message, fields), hint=as_given(f.hint, fields))
-               for f in validate(spec, slurm_version)]
-    findings = [*misplaced, *local, *bash_syntax(render(spec)), *checked]
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(findings, key=lambda f: order[f.severity])
-
-
-def log_dirs(spec: JobSpec, base: Path) -> dict[str, Path]:
-    """The directories of the output/error patterns (relative to `base`); those with a `%` in
-    them are left out: Slurm fills those in per job."""
-    out: dict[str, Path] = {}
-    for key in ("output", "error"):
-        value = getattr(spec, key)
-        parent = None if value is None else Path(value).parent
-        if parent is not None and parent != Path(".") and "%" not in str(parent):
-            out[key] = base / parent
-    return out
-
-
-def missing_log_dirs(spec: JobSpec, cwd: Path) -> list[Finding]:
-    """What `torchslurm lint` says about the printed script, said now: [log-dir]."""
-    return [Finding("warning", "log-dir",
-                    f"--{key}={getattr(spec, key)}: Slurm does not create {path}/; if it is missing the job "
-                    "fails before printing anything.", f"mkdir -p {shlex.quote(str(path))} before sbatch")
-            for key, path in log_dirs(spec, cwd).items() if not path.is_dir()]
+    checked = validate(spec, slurm_version, asked.spelling)
+    return by_severity([*misplaced, *local, *bash_syntax(render(spec)), *checked])
 
 
 def bash_syntax(script_text: str) -> list[Finding]:
@@ -274,9 +205,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def handle(args: argparse.Namespace) -> int:
     from torchslurm.jobs.sbatch import render
 
-    spec = spec_from_args(args)
-    code = report(findings_of(spec, args, args.slurm_version), args.force)
+    asked = spec_from_args(args)
+    code = report(findings_of(asked, args, args.slurm_version), args.force)
     if code:
         return code
-    sys.stdout.write(render(spec))
+    sys.stdout.write(render(asked.spec))
     return 0

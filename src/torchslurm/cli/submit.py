@@ -21,25 +21,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def handle(args: argparse.Namespace) -> int:
     from torchslurm.jobs.slurm import SlurmClient
-    from torchslurm.jobs.submit import submit
+    from torchslurm.jobs.submit import expand_pattern, submit
 
-    spec = spec_from_args(args)
+    asked = spec_from_args(args)
     # the GPU flag check needs the Slurm version; here Slurm is at hand, so ask it
-    version = args.slurm_version or (SlurmClient().version() if spec.gpus_per_node else None)
-    code = report(findings_of(spec, args, version, submitting=True), args.force)
+    version = args.slurm_version or (SlurmClient().version() if asked.spec.gpus_per_node else None)
+    code = report(findings_of(asked, args, version, submitting=True), args.force)
     if code:
         return code
-    job = submit(spec, run_dir=args.run_dir, force=True)
+    job = submit(asked.spec, run_dir=args.run_dir, force=True)
     assert job.spec is not None and job.script is not None
+    known = {"x": job.spec.name, "j": job.id}
     print(f"submitted job {job.id}")
     print(f"  script: {job.script}")
-    print(f"  output: {_expand(job.spec.output, job.spec.name, job.id)}")
+    print(f"  output: {expand_pattern(job.spec.output, known)}")
     if job.spec.error:
-        print(f"  error:  {_expand(job.spec.error, job.spec.name, job.id)}")
+        print(f"  error:  {expand_pattern(job.spec.error, known)}")
     print(f"  follow: torchslurm logs {job.id} -f")
     return 0
-
-
-def _expand(pattern: str, name: str, job_id: str) -> str:
-    """The common Slurm filename patterns (%x, %j, %%); others are left for Slurm."""
-    return pattern.replace("%%", "\0").replace("%x", name).replace("%j", job_id).replace("\0", "%")

@@ -1,19 +1,24 @@
 """Finding + validate(spec): job specs that are legal but likely wrong, each with a HINT.
 
-`JobSpec.__post_init__` (jobspec.py) already refused what can never work; here are the
-combinations that Slurm would accept and the job would then get wrong (seed 003's ntasks vs
-GPUs mismatches), plus the effective batch size summary. `lint` reports its findings about
+`JobSpec` (spec.py) already refused what can never work; here are the combinations that Slurm
+would accept and the job would then get wrong (ntasks vs GPUs mismatches, a grace time longer
+than the time limit), plus the effective batch size summary. `lint` reports its findings about
 hand-written scripts with the same `Finding`. Pure: the Slurm version is passed in as data.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from torchslurm.errors import render
 from torchslurm.jobs.spec import JobSpec, parse_slurm_version
+from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 
 Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+"""Most severe first: the order findings are reported in."""
 # `--gpus-per-node` arrived with cons_tres in Slurm 19.05; older versions only know `--gres=gpu:N`.
 GPUS_PER_NODE_SINCE = (19, 5)
 
@@ -28,106 +33,121 @@ class Finding:
     hint: str
 
     def __str__(self) -> str:
-        return f"{self.severity}: [{self.code}] {self.message} HINT: {self.hint}"
+        return f"{self.severity}: [{self.code}] {render(self.message, self.hint)}"
 
 
-def validate(spec: JobSpec, slurm_version: str | tuple[int, int] | None = None) -> list[Finding]:
-    """Every likely mistake in `spec`, errors first. Pure: the Slurm version is passed in as data."""
+def by_severity(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then notes; in the order found within each."""
+    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+
+
+def validate(spec: JobSpec, slurm_version: str | tuple[int, int] | None = None,
+             spelling: Spelling = SPEC_FILE) -> list[Finding]:
+    """Every likely mistake in `spec`, errors first, its fields named as `spelling` names them.
+    Pure: the Slurm version is passed in as data."""
     version = parse_slurm_version(slurm_version) if isinstance(slurm_version, str) else slurm_version
-    findings = [*_check_layout(spec), *_check_backend(spec), *_check_preemption(spec),
-                *_check_gpu_flag(spec, version), *_summaries(spec)]
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(findings, key=lambda f: order[f.severity])
+    return by_severity([*_check_layout(spec, spelling), *_check_backend(spec, spelling),
+                        *_check_preemption(spec, spelling), *_check_gpu_flag(spec, version, spelling),
+                        *_summaries(spec, spelling)])
 
 
-def _check_layout(spec: JobSpec) -> list[Finding]:
+def _check_layout(spec: JobSpec, sp: Spelling) -> list[Finding]:
     out: list[Finding] = []
     g, tasks = spec.gpus_per_node, spec.slurm_tasks_per_node
     if spec.launch == "srun" and g > 0 and tasks != g:
         out.append(Finding(
             "error", "tasks-vs-gpus",
-            f"launch=srun runs one rank per Slurm task, but tasks_per_node={tasks} and gpus_per_node={g}.",
-            f"set tasks_per_node: {g}, or use launch: torchrun with tasks_per_node: 1."))
+            f"{sp.given('launch', 'srun')} runs one rank per Slurm task, but {sp.given('tasks_per_node', tasks)} "
+            f"and {sp.given('gpus_per_node', g)}.",
+            f"set {sp.setting('tasks_per_node', g)}, or use {sp.setting('launch', 'torchrun')} with "
+            f"{sp.setting('tasks_per_node', 1)}."))
     if spec.launch == "torchrun" and tasks != 1:
         out.append(Finding(
             "error", "torchrun-tasks",
-            f"launch=torchrun with tasks_per_node={tasks}: every task would start its own torchrun agent "
-            "and the ranks would be counted several times.",
-            "set tasks_per_node: 1 (torchrun starts nproc_per_node workers itself)."))
+            f"{sp.given('launch', 'torchrun')} with {sp.given('tasks_per_node', tasks)}: every task would start its "
+            "own torchrun agent and the ranks would be counted several times.",
+            f"set {sp.setting('tasks_per_node', 1)} (torchrun starts {sp.name('nproc_per_node')} workers itself)."))
     if spec.launch == "torchrun" and g > 0 and spec.ranks_per_node != g:
         out.append(Finding(
             "error", "nproc-vs-gpus",
-            f"launch=torchrun with nproc_per_node={spec.ranks_per_node} but gpus_per_node={g}.",
-            f"set nproc_per_node: {g} (one worker per GPU)."))
+            f"{sp.given('launch', 'torchrun')} with {sp.given('nproc_per_node', spec.ranks_per_node)} but "
+            f"{sp.given('gpus_per_node', g)}.",
+            f"set {sp.setting('nproc_per_node', g)} (one worker per GPU)."))
     if spec.launch == "torchrun" and spec.ranks_per_node > 1 and spec.cpus_per_task is None:
         out.append(Finding(
             "warning", "torchrun-cpus",
-            f"launch=torchrun runs {spec.ranks_per_node} workers inside one Slurm task, which gets 1 CPU "
-            "unless cpus_per_task is set.",
-            f"set cpus_per_task: {spec.ranks_per_node} (or more, for data loading workers)."))
+            f"{sp.given('launch', 'torchrun')} runs {spec.ranks_per_node} workers inside one Slurm task, which gets "
+            f"1 CPU unless {sp.name('cpus_per_task')} is set.",
+            f"set {sp.setting('cpus_per_task', spec.ranks_per_node)} (or more, for data loading workers)."))
     return out
 
 
-def _check_backend(spec: JobSpec) -> list[Finding]:
+def _check_backend(spec: JobSpec, sp: Spelling) -> list[Finding]:
     out: list[Finding] = []
     if spec.gpus_per_node == 0 and spec.backend == "nccl":
         out.append(Finding("error", "nccl-without-gpu",
-                           "backend=nccl but gpus_per_node=0: NCCL needs CUDA GPUs.",
-                           "use backend: gloo (or auto) for a CPU job, or request GPUs with gpus_per_node."))
+                           f"{sp.given('backend', 'nccl')} but {sp.given('gpus_per_node', 0)}: NCCL needs CUDA GPUs.",
+                           f"use {sp.setting('backend', 'gloo')} (or auto) for a CPU job, or request GPUs with "
+                           f"{sp.name('gpus_per_node')}."))
     if spec.gpus_per_node > 0 and spec.backend == "gloo":
         out.append(Finding("warning", "gloo-with-gpu",
-                           f"backend=gloo with gpus_per_node={spec.gpus_per_node}: gradients go through CPU "
-                           "memory, much slower than NCCL.", "use backend: auto (NCCL on GPUs)."))
+                           f"{sp.given('backend', 'gloo')} with {sp.given('gpus_per_node', spec.gpus_per_node)}: "
+                           "gradients go through CPU memory, much slower than NCCL.",
+                           f"use {sp.setting('backend', 'auto')} (NCCL on GPUs)."))
     if spec.nic is not None:
         out.append(Finding("warning", "nic-override",
-                           f"nic={spec.nic!r} sets the same interface name on every node; nodes with other "
-                           "NIC names fail with `Unable to find address for`.",
-                           "leave nic unset: torchslurm picks the interface reaching the master per node."))
+                           f"{sp.name('nic')}={spec.nic!r} sets the same interface name on every node; nodes with "
+                           "other NIC names fail with `Unable to find address for`.",
+                           f"leave {sp.name('nic')} unset: torchslurm picks the interface reaching the master per "
+                           "node."))
     return out
 
 
-def _check_preemption(spec: JobSpec) -> list[Finding]:
+def _check_preemption(spec: JobSpec, sp: Spelling) -> list[Finding]:
     if not spec.preemptible:
         return []
     out: list[Finding] = []
     limit = spec.time_s
     if limit is not None and limit > 0 and spec.grace_s >= limit:
         out.append(Finding("error", "grace-vs-time",
-                           f"grace_s={spec.grace_s} is not shorter than time={spec.time!r} ({limit} s): "
-                           "the warning signal would come before the job starts working.",
-                           f"set grace_s below {limit} (e.g. {max(limit // 10, 1)}), or a longer time."))
+                           f"{sp.given('grace_s', spec.grace_s)} is not shorter than {sp.name('time')}={spec.time!r} "
+                           f"({limit} s): the warning signal would come before the job starts working.",
+                           f"set {sp.name('grace_s')} below {limit} (e.g. {max(limit // 10, 1)}), or a longer "
+                           f"{sp.name('time')}."))
     if limit is None:
         out.append(Finding("warning", "signal-without-time",
                            "preemptible without a time limit: Slurm sends the warning signal only before "
                            "the time limit, so only scancel/preemption will stop the job cleanly.",
-                           "set time (e.g. time: 4:00:00)."))
+                           f"set {sp.name('time')} (e.g. {sp.setting('time', '4:00:00')})."))
     if not spec.requeue:
         out.append(Finding("warning", "no-requeue",
-                           "preemptible with requeue=false: after the checkpoint the job ends instead of "
-                           "continuing.", "set requeue: true."))
+                           f"preemptible with {sp.given('requeue', False)}: after the checkpoint the job ends "
+                           "instead of continuing.", f"set {sp.setting('requeue', True)}."))
     if spec.grace_s < 60:
         out.append(Finding("warning", "short-grace",
-                           f"grace_s={spec.grace_s}: Slurm's signal timer has a 60 s resolution, and the "
-                           "checkpoint must fit in the remaining time.", "set grace_s to 60 or more."))
+                           f"{sp.given('grace_s', spec.grace_s)}: Slurm's signal timer has a 60 s resolution, and "
+                           "the checkpoint must fit in the remaining time.",
+                           f"set {sp.name('grace_s')} to 60 or more."))
     return out
 
 
-def _check_gpu_flag(spec: JobSpec, version: tuple[int, int] | None) -> list[Finding]:
+def _check_gpu_flag(spec: JobSpec, version: tuple[int, int] | None, sp: Spelling) -> list[Finding]:
     if spec.gpus_per_node == 0 or version is None:
         return []
     vtext = f"{version[0]}.{version[1]:02d}"
     if spec.gpu_flag == "gpus-per-node" and version < GPUS_PER_NODE_SINCE:
         return [Finding("error", "gpu-flag",
-                        f"gpu_flag=gpus-per-node but Slurm {vtext} predates --gpus-per-node (19.05).",
-                        "set gpu_flag: gres (renders --gres=gpu:N).")]
+                        f"{sp.given('gpu_flag', 'gpus-per-node')} but Slurm {vtext} predates --gpus-per-node "
+                        "(19.05).", f"set {sp.setting('gpu_flag', 'gres')} (renders --gres=gpu:N).")]
     if spec.gpu_flag == "gres" and version >= GPUS_PER_NODE_SINCE:
         return [Finding("info", "gpu-flag",
-                        f"gpu_flag=gres on Slurm {vtext}: --gres=gpu:N works, --gpus-per-node also does and "
-                        "sets SLURM_GPUS_PER_NODE.", "keep it, or set gpu_flag: gpus-per-node.")]
+                        f"{sp.given('gpu_flag', 'gres')} on Slurm {vtext}: --gres=gpu:N works, --gpus-per-node "
+                        "also does and sets SLURM_GPUS_PER_NODE.",
+                        f"keep it, or set {sp.setting('gpu_flag', 'gpus-per-node')}.")]
     return []
 
 
-def _summaries(spec: JobSpec) -> list[Finding]:
+def _summaries(spec: JobSpec, sp: Spelling) -> list[Finding]:
     if spec.batch_size is None:
         return []
     world = spec.world_size
@@ -135,7 +155,7 @@ def _summaries(spec: JobSpec) -> list[Finding]:
             f" ({spec.nodes} node(s) x {spec.ranks_per_node} rank(s))")
     hint = "gradients are averaged over all ranks, so each step sees the effective batch."
     if spec.lr is not None:
-        text += f"; lr={spec.lr:g} was tuned for which batch size?"
-        hint = (f"linear scaling from a single rank gives lr={spec.lr * world:g} "
+        text += f"; {sp.given('lr', f'{spec.lr:g}')} was tuned for which batch size?"
+        hint = (f"linear scaling from a single rank gives {sp.given('lr', f'{spec.lr * world:g}')} "
                 f"(square-root scaling: {spec.lr * world ** 0.5:g}); warm up when scaling by a lot.")
     return [Finding("info", "effective-batch", text if text.endswith("?") else text + ".", hint)]

@@ -8,7 +8,7 @@ Two quoting worlds meet in a job script:
   Older sbatch knew only `"` and ended the line at any unescaped `#`. So `sbatch_quote`
   puts a value with special characters in double quotes and backslash-escapes `\\ " ' #`
   inside them, which both versions read back as the value; `sbatch_split` is the 22.05
-  tokenizer (lint uses it; checked against the sandbox's sbatch in tests/cluster/test_jobs.py).
+  tokenizer (lint uses it; tests/cluster/test_jobs.py checks it against a real sbatch).
 - Everything bash runs is quoted with `shlex.quote`, so names, paths and arguments reach
   the program as data. Newlines are rejected earlier by JobSpec: they would end a line.
 """
@@ -21,12 +21,12 @@ import shlex
 from torchslurm._version import __version__
 from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
 from torchslurm.jobs.spec import JobSpec, spec_json
+from torchslurm.runtime.distenv import PORT_BASE, PORT_SPAN, STEP_SLOTS
 
-# The rendezvous port of torchrun mode is derived from the job id the same way the runtime
-# derives MASTER_PORT (distenv.derived_port, step slot 0): below the ephemeral range and unique
-# per job, because a fixed port (29500) lets two jobs on one node join each other's store
-# (slurm-lab.md pitfall 4).
-RDZV_PORT_EXPR = "$((10000 + SLURM_JOB_ID * 8 % 22768))"
+# The rendezvous port of torchrun mode, as bash arithmetic: runtime.distenv.derived_port(job, step 0),
+# below the ephemeral range and unique per job, because with a fixed port (torchrun's 29500) two
+# jobs sharing a node join each other's store. (bash evaluates `*` and `%` left to right.)
+RDZV_PORT_EXPR = f"$(({PORT_BASE} + SLURM_JOB_ID * {STEP_SLOTS} % {PORT_SPAN}))"
 
 # C isspace() in the C locale, which sbatch uses; Python's str.isspace() knows more characters
 C_SPACE = " \t\n\v\f\r"
@@ -96,8 +96,8 @@ def directives(spec: JobSpec) -> dict[str, str | None]:
             opts["gpus-per-node"] = str(spec.gpus_per_node)
     if spec.preemptible:
         # Without `B:` slurmstepd signals every process of the job steps (the ranks, and in
-        # torchrun mode also the workers below the agent), never the batch shell
-        # (slurm-lab.md section 6). Append mode keeps the log of earlier runs across requeues.
+        # torchrun mode also the workers below the agent), never the batch shell (sbatch(1),
+        # --signal). Append mode keeps the log of earlier runs across requeues.
         opts["signal"] = f"{spec.signal}@{spec.grace_s}"
         opts["open-mode"] = "append"
         opts["requeue" if spec.requeue else "no-requeue"] = None
@@ -150,16 +150,17 @@ def _exports(spec: JobSpec) -> dict[str, str]:
     return out
 
 
-def rank_output(spec: JobSpec) -> str:
-    """The per-task output pattern: the job output's stem + `-rank%t.out` (srun expands %t)."""
-    stem = spec.output[: -len(".out")] if spec.output.endswith(".out") else spec.output
-    return f"{stem}-rank%t.out"  # job.rank_output_for finds these files again
+def rank_output(output: str) -> str:
+    """The per-task output pattern of a job whose output is `output`: its stem + `-rank%t.out` (srun
+    expands %t). Also applied to the path Slurm expanded, to find a rank's file again."""
+    stem = output.removesuffix(".out")
+    return f"{stem}-rank%t.out"
 
 
 def _srun_options(spec: JobSpec) -> list[str]:
     opts = ["--kill-on-bad-exit=1"]
     if spec.per_rank_output:
-        opts.append(f"--output={rank_output(spec)}")
+        opts.append(f"--output={rank_output(spec.output)}")
     elif spec.launch == "srun":
         opts.append("--label")  # `0: ...` prefixes let `torchslurm logs --rank` pick one rank
     return opts
@@ -201,8 +202,8 @@ def _torchrun_command(srun: list[str], wrap: list[str], agent: list[str], spec: 
     def quoted(args: list[str]) -> str:
         return " ".join(shlex.quote(a) for a in args)
 
-    # slurm-lab.md pitfall 5: an srun inside an allocation ignores --ntasks-per-node=1 unless
-    # the task count is given too
+    # srun inside an allocation inherits SLURM_NTASKS from the job and then ignores
+    # --ntasks-per-node=1 (srun(1): --ntasks takes precedence), so the task count is given too
     parts = [quoted(srun) + ' --nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" --ntasks-per-node=1']
     if wrap:
         parts.append(quoted(wrap))

@@ -1,9 +1,10 @@
-"""SlurmClient: sbatch / squeue / scontrol / scancel behind one runner seam, and their parsers.
+"""The one seam that runs Slurm commands (`run_command`, `run_command_status`, `SlurmClient`
+for sbatch / squeue / scontrol / scancel) and the parsers of what they print.
 
-The parsers are pure functions of the text Slurm printed; tests feed them outputs recorded on
-the sandbox cluster (tests/fixtures/slurm_output/). Accounting may be off (no slurmdbd, so
-`sacct` fails): a job that left the queue is looked up with `scontrol show job`, which keeps
-finished jobs for MinJobAge seconds (300 by default).
+The parsers are pure functions of the text Slurm printed; tests feed them outputs recorded from a
+real Slurm (tests/fixtures/slurm_output/). Accounting may be off (no slurmdbd, so `sacct` fails):
+a job that left the queue is looked up with `scontrol show job`, which keeps finished jobs for
+MinJobAge seconds (slurm.conf(5), 300 by default).
 """
 
 from __future__ import annotations
@@ -11,16 +12,26 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from torchslurm.errors import SlurmError
 
 logger = logging.getLogger(__name__)
 
-CommandRunner = Callable[..., "subprocess.CompletedProcess[str]"]
-"""`run(argv, timeout_s=..., cwd=None) -> CompletedProcess[str]` (text, stdout/stderr captured)."""
+NOT_FOUND = 127
+"""`run_command_status`'s return code for a command that could not be started (as a shell says)."""
+TIMED_OUT = 124
+"""`run_command_status`'s return code for a command killed at its timeout (as timeout(1) says)."""
+
+
+class CommandRunner(Protocol):
+    """How Slurm commands are run: `run_command` or `run_command_status`, or a fake in tests."""
+
+    def __call__(self, argv: Sequence[str], timeout_s: float = ..., cwd: Path | None = ...,
+                 env: Mapping[str, str] | None = ...) -> subprocess.CompletedProcess[str]: ...
 
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                           "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
@@ -32,16 +43,33 @@ _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*(?:[:/][A-Za-z0-9_]+)
 
 def run_command(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = None,
                 env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm command; a missing binary or a hang becomes a SlurmError."""
+    """Run a Slurm command, its output captured as text; a missing binary or a hang becomes a SlurmError."""
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
-                              env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
+        return _run(argv, timeout_s, cwd, env)
     except FileNotFoundError as exc:
-        raise SlurmError(f"{argv[0]} not found on PATH. HINT: run this on a Slurm login node, or bring up "
-                         "a local cluster with `torchslurm sandbox up` and export its SLURM_CONF.") from exc
+        raise SlurmError(f"{argv[0]} not found on PATH.", "run this on a Slurm login node, or bring "
+                         "up a local cluster with `torchslurm sandbox up` and export its SLURM_CONF.") from exc
     except subprocess.TimeoutExpired as exc:
-        raise SlurmError(f"{' '.join(argv)} did not answer within {timeout_s:g} s. HINT: check that "
-                         "slurmctld is up (`scontrol ping`).") from exc
+        raise SlurmError(f"{' '.join(argv)} did not answer within {timeout_s:g} s.",
+                         "check that slurmctld is up (`scontrol ping`).") from exc
+
+
+def run_command_status(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = None,
+                       env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`run_command` for callers that must not raise (a rank that is stopping): a command that cannot
+    be started returns NOT_FOUND, one that hangs TIMED_OUT, with the reason in stderr."""
+    try:
+        return _run(argv, timeout_s, cwd, env)
+    except OSError as exc:
+        return subprocess.CompletedProcess(list(argv), NOT_FOUND, "", f"{argv[0]}: {exc.strerror}")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(list(argv), TIMED_OUT, "", f"{argv[0]}: no answer within {timeout_s:g} s")
+
+
+def _run(argv: Sequence[str], timeout_s: float, cwd: Path | None,
+         env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+                          env=None if env is None else dict(env), stdin=subprocess.DEVNULL, check=False)
 
 
 # What Slurm's clients print when no controller answers (wrong or missing SLURM_CONF, slurmctld down).
@@ -65,7 +93,7 @@ def check_job_id(job_id: str) -> str:
     tasks), 12345+1 (a heterogeneous job's component)."""
     if not _JOB_ID.fullmatch(job_id.strip()):
         raise SlurmError(f"job id {job_id!r} is not a Slurm job id: expected digits, e.g. 12345, or 12345_7 for "
-                         "an array task. HINT: `torchslurm status` lists your jobs and their ids.")
+                         "an array task.", "`torchslurm status` lists your jobs and their ids.")
     return job_id.strip()
 
 
@@ -102,8 +130,8 @@ def parse_job_id(stdout: str) -> str:
     text = stdout.strip().split("\n")[-1] if stdout.strip() else ""
     job_id = text.split(";")[0]
     if not re.fullmatch(r"\d+", job_id):
-        raise SlurmError(f"sbatch --parsable printed {stdout.strip()!r}, expected a job id. "
-                         "HINT: check for a site wrapper around sbatch that prints extra text.")
+        raise SlurmError(f"sbatch --parsable printed {stdout.strip()!r}, expected a job id.",
+                         "check for a site wrapper around sbatch that prints extra text.")
     return job_id
 
 
@@ -115,8 +143,8 @@ def parse_squeue(stdout: str) -> list[JobStatus]:
             continue
         parts = line.split("\t", 6)
         if len(parts) != 7:
-            raise SlurmError(f"squeue printed {line!r}, expected 7 tab-separated fields "
-                             f"({SQUEUE_FORMAT!r}). HINT: an SQUEUE_FORMAT variable may override -o; unset it.")
+            raise SlurmError(f"squeue printed {line!r}, expected 7 tab-separated fields ({SQUEUE_FORMAT!r}).",
+                             "an SQUEUE_FORMAT variable may override -o; unset it.")
         job_id, state, elapsed, limit, nodes, reason, name = parts
         out.append(JobStatus(job_id=job_id, state=state, name=name, reason=reason.strip("()"),
                              nodes=nodes, elapsed=elapsed, time_limit=limit))
@@ -136,8 +164,8 @@ def parse_scontrol(stdout: str) -> dict[str, str]:
 
 def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
     if "JobId" not in fields or "JobState" not in fields:
-        raise SlurmError(f"scontrol show job printed no JobId/JobState (got keys {sorted(fields)[:8]}). "
-                         "HINT: run `scontrol show job <id>` yourself to see what it says.")
+        raise SlurmError(f"scontrol show job printed no JobId/JobState (got keys {sorted(fields)[:8]}).",
+                         "run `scontrol show job <id>` yourself to see what it says.")
     restarts = fields.get("Restarts", "0")
     return JobStatus(job_id=fields["JobId"], state=fields["JobState"], name=fields.get("JobName", ""),
                      reason=fields.get("Reason", "None"), nodes=fields.get("NodeList", ""),
@@ -147,7 +175,7 @@ def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
 
 
 class SlurmClient:
-    """The only place that runs Slurm commands. Tests pass `run=` a fake; the sandbox tests, none."""
+    """sbatch, squeue, scontrol and scancel for the job commands. Tests pass `run=` a fake."""
 
     def __init__(self, run: CommandRunner = run_command, environ: Mapping[str, str] | None = None) -> None:
         self._run = run
@@ -156,15 +184,10 @@ class SlurmClient:
     def _call(self, argv: list[str], timeout_s: float = 60, cwd: Path | None = None,
               check: bool = True) -> subprocess.CompletedProcess[str]:
         logger.debug("running %s", " ".join(argv))
-        kwargs: dict[str, object] = {"timeout_s": timeout_s}
-        if cwd is not None:
-            kwargs["cwd"] = cwd
-        if self._env is not None:
-            kwargs["env"] = self._env
-        result = self._run(argv, **kwargs)
+        result = self._run(argv, timeout_s=timeout_s, cwd=cwd, env=self._env)
         if check and result.returncode != 0:
-            raise SlurmError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}. "
-                             f"HINT: {failure_hint(result.stderr)}")
+            raise SlurmError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}.",
+                             failure_hint(result.stderr))
         return result
 
     def submit(self, script: Path, cwd: Path | None = None) -> str:
@@ -182,8 +205,8 @@ class SlurmClient:
         if result.returncode != 0:
             if job_id is not None and "Invalid job id" in result.stderr:
                 return []
-            raise SlurmError(f"squeue failed ({result.returncode}): {result.stderr.strip()}. "
-                             f"HINT: {failure_hint(result.stderr)}")
+            raise SlurmError(f"squeue failed ({result.returncode}): {result.stderr.strip()}.",
+                             failure_hint(result.stderr))
         return parse_squeue(result.stdout)
 
     def show_job(self, job_id: str) -> dict[str, str]:
@@ -191,12 +214,12 @@ class SlurmClient:
         job_id = check_job_id(job_id)
         result = self._call(["scontrol", "show", "job", "-o", job_id], check=False)
         if result.returncode != 0 and "Invalid job id" in result.stderr:
-            raise SlurmError(f"job {job_id} is unknown to Slurm: {result.stderr.strip()}. HINT: it may have "
-                             "finished more than MinJobAge ago (`scontrol show config | grep MinJobAge`); "
-                             "its log files are still on disk.")
+            raise SlurmError(f"job {job_id} is unknown to Slurm: {result.stderr.strip()}.", "it may have finished "
+                             "more than MinJobAge ago (`scontrol show config | grep MinJobAge`); its log files are "
+                             "still on disk.")
         if result.returncode != 0:
-            raise SlurmError(f"scontrol show job {job_id} failed ({result.returncode}): {result.stderr.strip()}. "
-                             f"HINT: {failure_hint(result.stderr)}")
+            raise SlurmError(f"scontrol show job {job_id} failed ({result.returncode}): {result.stderr.strip()}.",
+                             failure_hint(result.stderr))
         # an array job shows one record per task: one line each with -o, blank-line separated without
         first = re.split(r"\n(?=JobId=)|\n\s*\n", result.stdout.strip())[0]
         return parse_scontrol(first)

@@ -1,8 +1,10 @@
 """JobSpec: what a user wants from Slurm (N nodes x M GPUs, launch mode, time), validated.
 
-Pure: no torch, no Slurm commands. `JobSpec.__post_init__` rejects values that can never
-work (wrong types, unknown choices, newlines that would break out of a script line) with a
-ConfigError; combinations that are legal but likely wrong are `findings.validate()`'s job.
+Pure: no torch, no Slurm commands. A JobSpec is normalised first (lists to tuples, `time: 90`
+to "90", `sigusr1` to USR1), then `problems()` rejects values that can never work (wrong types,
+unknown choices, newlines that would break out of a script line) with a ConfigError; combinations
+that are legal but likely wrong are `findings.validate()`'s job. Every message names a field
+through a `Spelling`, so the command line can say the same with its flags.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from torchslurm.configfile import read_mapping, unknown_keys_error
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, below_minimum, not_one_of
+from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 
 LAUNCH_MODES = ("srun", "torchrun")
 BACKENDS = ("auto", "gloo", "nccl")
 GPU_FLAGS = ("gpus-per-node", "gres")
 # Signals a Python process can catch without side effects in Slurm or torch. USR2 is the default
-# because NCCL/UCX may install their own USR1 handler (submitit made the same choice).
+# because NCCL/UCX may install their own USR1 handler.
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 
 _ARRAY_RE = re.compile(r"^\d+(-\d+)?(:\d+)?(,\d+(-\d+)?(:\d+)?)*(%\d+)?$")
@@ -31,88 +34,84 @@ _MEM_RE = re.compile(r"^\d+[KMGT]?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def _help(text: str) -> dict[str, str]:
+    """A field's documentation, kept where `--help` reads it (dataclasses.Field.metadata)."""
+    return {"help": text}
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """One training job. Field names are the keys of a spec file; CLI flags spell them with `-`."""
+    """One training job. Field names are the keys of a spec file; CLI flags spell them with `-`.
 
-    script: str
-    """Path of the Python training script run on every rank."""
-    args: tuple[str, ...] = ()
-    """Arguments passed to the script, each one as given (quoted in the job script)."""
-    name: str = "torchslurm"
-    """Slurm job name (`--job-name`); `%x` in output patterns."""
-    nodes: int = 1
-    """Number of nodes (`--nodes`)."""
-    gpus_per_node: int = 0
-    """GPUs per node; 0 makes a CPU job (Gloo)."""
-    launch: str = "srun"
-    """`srun`: one Slurm task per rank (per GPU); `torchrun`: one task per node running torchrun."""
-    tasks_per_node: int | None = None
-    """Slurm tasks per node. Default: gpus_per_node (or 1 for a CPU job) in srun mode, 1 in torchrun mode."""
-    nproc_per_node: int | None = None
-    """torchrun mode only: worker processes per node. Default: gpus_per_node (or 1 for a CPU job)."""
-    cpus_per_task: int | None = None
-    """CPUs per Slurm task (`--cpus-per-task`)."""
-    mem: str | None = None
-    """Memory per node (`--mem`), e.g. `32G`."""
-    time: str | None = None
-    """Time limit (`--time`): minutes, `H:MM:SS` or `D-HH:MM:SS`."""
-    partition: str | None = None
-    """Slurm partition (`--partition`)."""
-    account: str | None = None
-    """Account charged (`--account`)."""
-    qos: str | None = None
-    """Quality of service (`--qos`)."""
-    constraint: str | None = None
-    """Node features required (`--constraint`)."""
-    nodelist: str | None = None
-    """Nodes to use (`--nodelist`), a Slurm hostlist."""
-    exclude: str | None = None
-    """Nodes to avoid (`--exclude`), a Slurm hostlist."""
-    output: str = "%x-%j.out"
-    """stdout file pattern of the job (`--output`); `%x` job name, `%j` job id."""
-    error: str | None = None
-    """stderr file pattern (`--error`); default: merged into `output`."""
-    per_rank_output: bool = False
-    """Also write one file per Slurm task (`srun --output=<output stem>-rank%t.out`)."""
-    setup: tuple[str, ...] = ()
-    """Shell lines run before launch (module load, venv activation). Shell code, run as written."""
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Extra environment variables exported to every rank (NCCL_DEBUG, ...)."""
-    backend: str = "auto"
-    """Process group backend: auto (nccl with GPUs, else gloo), gloo or nccl."""
-    nic: str | None = None
-    """Network interface override (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME); default: chosen per node."""
-    preemptible: bool = False
-    """Ask Slurm for a warning signal before the time limit, and requeue after a stop."""
-    signal: str = "USR2"
-    """When preemptible: signal sent `grace_s` seconds before the end (`--signal`); USR2, as NCCL may catch USR1."""
-    grace_s: int = 120
-    """When preemptible: seconds between the warning signal and the time limit."""
-    requeue: bool = True
-    """When preemptible: allow the job to be requeued (`--requeue`)."""
-    max_requeues: int = 3
-    """When preemptible: how many times rank 0 may requeue the job (checked against SLURM_RESTART_COUNT)."""
-    max_restarts: int = 0
-    """torchrun mode: how often the agents restart all workers after a rank fails (`--max-restarts`);
-    the restarted workers resume from the last checkpoint (resume=auto)."""
-    array: str | None = None
-    """Job array indexes for sweeps (`--array`), e.g. `0-9%2`."""
-    python: str = "python"
-    """Python interpreter on the compute nodes (a path for a venv, or `python` from PATH)."""
-    gpu_flag: str = "gpus-per-node"
-    """How GPUs are requested: `gpus-per-node` (Slurm >= 19.05) or `gres` (`--gres=gpu:N`)."""
-    batch_size: int | None = None
-    """Optional: per-rank batch size, only used for the effective batch size summary."""
-    lr: float | None = None
-    """Optional: base learning rate, only used for the LR scaling summary."""
+    Each field's documentation is its `help` metadata (`field_help(name)`), shown by `--help`.
+    """
+
+    script: str = field(metadata=_help("Path of the Python training script run on every rank."))
+    args: tuple[str, ...] = field(default=(), metadata=_help(
+        "Arguments passed to the script, each one as given (quoted in the job script)."))
+    name: str = field(default="torchslurm", metadata=_help("Slurm job name (`--job-name`); `%x` in output patterns."))
+    nodes: int = field(default=1, metadata=_help("Number of nodes (`--nodes`)."))
+    gpus_per_node: int = field(default=0, metadata=_help("GPUs per node; 0 makes a CPU job (Gloo)."))
+    launch: str = field(default="srun", metadata=_help(
+        "`srun`: one Slurm task per rank (per GPU); `torchrun`: one task per node running torchrun."))
+    tasks_per_node: int | None = field(default=None, metadata=_help(
+        "Slurm tasks per node. Default: gpus_per_node (or 1 for a CPU job) in srun mode, 1 in torchrun mode."))
+    nproc_per_node: int | None = field(default=None, metadata=_help(
+        "torchrun mode only: worker processes per node. Default: gpus_per_node (or 1 for a CPU job)."))
+    cpus_per_task: int | None = field(default=None, metadata=_help("CPUs per Slurm task (`--cpus-per-task`)."))
+    mem: str | None = field(default=None, metadata=_help("Memory per node (`--mem`), e.g. `32G`."))
+    time: str | None = field(default=None, metadata=_help(
+        "Time limit (`--time`): minutes, `H:MM:SS` or `D-HH:MM:SS`."))
+    partition: str | None = field(default=None, metadata=_help("Slurm partition (`--partition`)."))
+    account: str | None = field(default=None, metadata=_help("Account charged (`--account`)."))
+    qos: str | None = field(default=None, metadata=_help("Quality of service (`--qos`)."))
+    constraint: str | None = field(default=None, metadata=_help("Node features required (`--constraint`)."))
+    nodelist: str | None = field(default=None, metadata=_help("Nodes to use (`--nodelist`), a Slurm hostlist."))
+    exclude: str | None = field(default=None, metadata=_help("Nodes to avoid (`--exclude`), a Slurm hostlist."))
+    output: str = field(default="%x-%j.out", metadata=_help(
+        "stdout file pattern of the job (`--output`); `%x` job name, `%j` job id."))
+    error: str | None = field(default=None, metadata=_help(
+        "stderr file pattern (`--error`); default: merged into `output`."))
+    per_rank_output: bool = field(default=False, metadata=_help(
+        "Also write one file per Slurm task (`srun --output=<output stem>-rank%t.out`)."))
+    setup: tuple[str, ...] = field(default=(), metadata=_help(
+        "Shell lines run before launch (module load, venv activation). Shell code, run as written."))
+    env: Mapping[str, str] = field(default_factory=dict, metadata=_help(
+        "Extra environment variables exported to every rank (NCCL_DEBUG, ...)."))
+    backend: str = field(default="auto", metadata=_help(
+        "Process group backend: auto (nccl with GPUs, else gloo), gloo or nccl."))
+    nic: str | None = field(default=None, metadata=_help(
+        "Network interface override (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME); default: chosen per node."))
+    preemptible: bool = field(default=False, metadata=_help(
+        "Ask Slurm for a warning signal before the time limit, and requeue after a stop."))
+    signal: str = field(default="USR2", metadata=_help(
+        "When preemptible: signal sent `grace_s` seconds before the end (`--signal`); USR2, as NCCL may catch USR1."))
+    grace_s: int = field(default=120, metadata=_help(
+        "When preemptible: seconds between the warning signal and the time limit."))
+    requeue: bool = field(default=True, metadata=_help(
+        "When preemptible: allow the job to be requeued (`--requeue`)."))
+    max_requeues: int = field(default=3, metadata=_help(
+        "When preemptible: how many times rank 0 may requeue the job (checked against SLURM_RESTART_COUNT)."))
+    max_restarts: int = field(default=0, metadata=_help(
+        "torchrun mode: how often the agents restart all workers after a rank fails (`--max-restarts`); "
+        "the restarted workers resume from the last checkpoint (resume=auto)."))
+    array: str | None = field(default=None, metadata=_help(
+        "Job array indexes for sweeps (`--array`), e.g. `0-9%2`."))
+    python: str = field(default="python", metadata=_help(
+        "Python interpreter on the compute nodes (a path for a venv, or `python` from PATH)."))
+    gpu_flag: str = field(default="gpus-per-node", metadata=_help(
+        "How GPUs are requested: `gpus-per-node` (Slurm >= 19.05) or `gres` (`--gres=gpu:N`)."))
+    batch_size: int | None = field(default=None, metadata=_help(
+        "Optional: per-rank batch size, only used for the effective batch size summary."))
+    lr: float | None = field(default=None, metadata=_help(
+        "Optional: base learning rate, only used for the LR scaling summary."))
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "args", tuple(str(a) for a in _as_sequence("args", self.args)))
-        object.__setattr__(self, "setup", tuple(str(s) for s in _as_sequence("setup", self.setup)))
-        object.__setattr__(self, "env", dict(sorted(_check_env(self.env).items())))
-        ConfigError.raise_any(_type_problems(self))  # the other checks compare values of the right type
-        ConfigError.raise_any([*_choice_problems(self), *_range_problems(self), *_text_problems(self)])
+        for name, value in normalised(self).items():
+            object.__setattr__(self, name, value)  # frozen: the one place a JobSpec's fields are set
+        found = problems(self)
+        if found:
+            raise InvalidSpec(self, found)
 
     @property
     def ranks_per_node(self) -> int:
@@ -152,14 +151,20 @@ def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(JobSpec)]
 
 
-def parse_time(text: str) -> int:
-    """Slurm's --time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+def field_help(name: str) -> str:
+    """The documentation of field `name` (one sentence or two), as `--help` shows it."""
+    return str(_FIELDS[name].metadata["help"])
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
+
+
+def parse_time(text: str, what: str = "time") -> int:
+    """Slurm's --time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. `what` names the value in errors."""
     m = _TIME_RE.match(text.strip())
     if not m or text.strip() in ("", "-"):
-        raise ConfigError(
-            f"time={text!r} is not a Slurm time limit. HINT: use minutes (`90`), `H:MM:SS` (`1:30:00`) "
-            "or `D-HH:MM:SS` (`1-00:00:00`)."
-        )
+        raise ConfigError(f"{what}={text!r} is not a Slurm time limit.",
+                          "use minutes (`90`), `H:MM:SS` (`1:30:00`) or `D-HH:MM:SS` (`1-00:00:00`).")
     days, a, b, c = m.groups()
     nums = [int(x) for x in (a, b, c) if x is not None]
     if days is not None:  # D-H, D-H:M, D-H:M:S
@@ -176,8 +181,8 @@ def parse_slurm_version(text: str) -> tuple[int, int]:
     """`slurm-wlm 22.05.8`, `slurm 23.11.1` or `22.05` -> (22, 5)."""
     m = re.search(r"(\d+)\.(\d+)", text)
     if not m:
-        raise ConfigError(f"slurm version {text!r} has no MAJOR.MINOR. HINT: pass what `sbatch --version` "
-                          "prints, e.g. `slurm 22.05.8`.")
+        raise ConfigError(f"slurm version {text!r} has no MAJOR.MINOR.",
+                          "pass what `sbatch --version` prints, e.g. `slurm 22.05.8`.")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -196,21 +201,23 @@ def read_file(path: Path) -> dict[str, Any]:
     return read_mapping(path, f"job spec {path}", field_names())
 
 
-def from_mapping(data: Mapping[str, Any], source: str = "spec",
-                 command: str = "torchslurm submit --nodes 2") -> JobSpec:
-    """Build a JobSpec from plain data, rejecting unknown keys with the list of valid ones."""
+def from_mapping(data: Mapping[str, Any], source: str = "spec", command: str = "torchslurm submit --nodes 2",
+                 spelling: Spelling = SPEC_FILE) -> JobSpec:
+    """Build a JobSpec from plain data, rejecting unknown keys with the list of valid ones; invalid values
+    are reported with their fields named as `spelling` names them."""
     valid = field_names()
     unknown = sorted(set(data) - set(valid))
     if unknown:
         raise unknown_keys_error(source, unknown, valid)
     if "script" not in data:
-        raise ConfigError(f"no `script` in {source}. "
-                          f"HINT: give the training script after the flags (`{command} train.py`) "
-                          "or as `script: train.py` in the --spec file.")
+        raise ConfigError(f"no `script` in {source}.", f"give the training script after the flags "
+                          f"(`{command} train.py`) or as `script: train.py` in the --spec file.")
     try:
         return JobSpec(**data)
-    except TypeError as exc:  # pragma: no cover - unknown keys are caught above
-        raise ConfigError(f"{source}: {exc}. HINT: valid keys are {', '.join(valid)}.") from exc
+    except InvalidSpec as exc:
+        if spelling == SPEC_FILE:
+            raise
+        raise exc.spelled(spelling) from None
 
 
 def spec_json(spec: JobSpec) -> str:
@@ -218,7 +225,22 @@ def spec_json(spec: JobSpec) -> str:
     return json.dumps(spec.to_dict(), sort_keys=False, ensure_ascii=True)
 
 
-# -- validation helpers used by __post_init__ ------------------------------------------------
+
+
+# -- normalising and checking: __post_init__ normalises, then asks problems() -------------------
+
+class InvalidSpec(ConfigError):
+    """JobSpec's refusal. It keeps the refused spec, so that the command line can have the same
+    problems said with its flags (`spelled`)."""
+
+    def __init__(self, spec: JobSpec, found: Sequence[ConfigError]) -> None:
+        one = ConfigError.combined(found)
+        super().__init__(one.message, one.hint, problems=one.problems)
+        self.spec = spec
+
+    def spelled(self, spelling: Spelling) -> InvalidSpec:
+        return InvalidSpec(self.spec, problems(self.spec, spelling))
+
 
 _INT_FIELDS = ("nodes", "gpus_per_node", "grace_s", "max_requeues", "max_restarts")
 _OPT_INT_FIELDS = ("tasks_per_node", "nproc_per_node", "cpus_per_task", "batch_size")
@@ -226,9 +248,37 @@ _BOOL_FIELDS = ("per_rank_output", "preemptible", "requeue")
 _OPT_STR_FIELDS = ("mem", "time", "partition", "account", "qos", "constraint", "nodelist", "exclude",
                    "error", "nic", "array")
 _STR_FIELDS = ("script", "name", "launch", "output", "backend", "signal", "python", "gpu_flag")
-
-
+_MINIMUM = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1, "nproc_per_node": 1, "cpus_per_task": 1,
+            "grace_s": 1, "max_requeues": 0, "max_restarts": 0, "batch_size": 1}
 _ITEM = {"args": "argument", "setup": "shell line"}
+_QUOTED = '"..."'
+
+
+def normalised(spec: JobSpec) -> dict[str, Any]:
+    """The canonical form of the fields that have one (lists -> tuples, sorted env, `time: 90` -> "90",
+    `sigusr1` -> "USR1"). Refuses only what has no canonical form (a string where a list belongs)."""
+    out: dict[str, Any] = {
+        "args": tuple(str(a) for a in _as_sequence("args", spec.args)),
+        "setup": tuple(str(s) for s in _as_sequence("setup", spec.setup)),
+        "env": dict(sorted(_check_env(spec.env).items())),
+    }
+    for name in ("time", "mem"):  # `time: 90` in YAML means 90 minutes, as `--time=90` does
+        value = getattr(spec, name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = str(value)
+    if isinstance(spec.signal, str):
+        out["signal"] = spec.signal.upper().removeprefix("SIG")
+    return out
+
+
+def problems(spec: JobSpec, spelling: Spelling = SPEC_FILE) -> list[ConfigError]:
+    """Every value of `spec` that can never work, its field named as `spelling` names it. Wrong types
+    alone when there are any: the other checks compare values and need the right types."""
+    wrong_types = [p for p in _type_problems(spec, spelling) if p]
+    if wrong_types:
+        return wrong_types
+    checks = (_choice_problems, _range_problems, _text_problems)
+    return [p for check in checks for p in check(spec, spelling) if p]
 
 
 def _as_sequence(name: str, value: object) -> Sequence[object]:
@@ -237,114 +287,111 @@ def _as_sequence(name: str, value: object) -> Sequence[object]:
             example = json.dumps(value.split() if name == "args" else [value])
         else:
             example = '["...", "..."]'
-        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}, expected a list of strings. "
-                          f"HINT: write {name}: {example} (a list, one item per {_ITEM.get(name, 'value')}).")
+        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}, expected a list of strings.",
+                          f"write {name}: {example} (a list, one item per {_ITEM.get(name, 'value')}).")
     return value
 
 
 def _check_env(env: object) -> dict[str, str]:
     if not isinstance(env, Mapping):
-        raise ConfigError(f"env={env!r} is not a mapping. HINT: write env: {{NCCL_DEBUG: INFO}}.")
+        raise ConfigError(f"env={env!r} is not a mapping.", "write env: {NCCL_DEBUG: INFO}.")
     out: dict[str, str] = {}
     for key, value in env.items():
         if not isinstance(key, str) or not _ENV_KEY_RE.match(key):
-            raise ConfigError(f"env key {key!r} is not a shell variable name. "
-                              "HINT: use letters, digits and `_`, not starting with a digit.")
+            raise ConfigError(f"env key {key!r} is not a shell variable name.",
+                              "use letters, digits and `_`, not starting with a digit.")
         out[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
 
 
-def _type_problems(spec: JobSpec) -> Iterator[str]:
+def _type_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError]:
     for name in _INT_FIELDS + _OPT_INT_FIELDS:
         value = getattr(spec, name)
         if not (value is None and name in _OPT_INT_FIELDS) and (isinstance(value, bool) or not isinstance(value, int)):
-            yield f"{name}={value!r} is not an integer. HINT: write {name}: 2 (a whole number)."
+            yield ConfigError(f"{sp.name(name)}={value!r} is not an integer.",
+                              f"write {sp.setting(name, 2)} (a whole number).")
     for name in _BOOL_FIELDS:
         if not isinstance(getattr(spec, name), bool):
-            yield f"{name}={getattr(spec, name)!r} is not true/false. HINT: write {name}: true."
+            yield ConfigError(f"{sp.name(name)}={getattr(spec, name)!r} is not true/false.",
+                              f"write {sp.setting(name, True)}.")
     for name in _STR_FIELDS + _OPT_STR_FIELDS:
         value = getattr(spec, name)
-        if isinstance(value, int | float) and not isinstance(value, bool) and name in ("time", "mem"):
-            object.__setattr__(spec, name, str(value))  # `time: 90` in YAML means 90 minutes
-        elif not (isinstance(value, str) or (value is None and name in _OPT_STR_FIELDS)):
-            yield f"{name}={value!r} is not a string. HINT: quote it: {name}: \"...\"."
+        if not (isinstance(value, str) or (value is None and name in _OPT_STR_FIELDS)):
+            yield ConfigError(f"{sp.name(name)}={value!r} is not a string.", f"quote it: {sp.setting(name, _QUOTED)}.")
     if spec.lr is not None and (isinstance(spec.lr, bool) or not isinstance(spec.lr, int | float)):
-        yield f"lr={spec.lr!r} is not a number. HINT: write lr: 0.001."
+        yield ConfigError(f"{sp.name('lr')}={spec.lr!r} is not a number.", f"write {sp.setting('lr', 0.001)}.")
 
 
-def _choice(name: str, value: str, choices: Sequence[str]) -> str | None:
-    if value in choices:
-        return None
-    return f"{name}={value!r} is not one of {', '.join(choices)}. HINT: set {name} to one of: {', '.join(choices)}."
-
-
-def _choice_problems(spec: JobSpec) -> Iterator[ConfigError | str | None]:
-    yield _choice("launch", spec.launch, LAUNCH_MODES)
-    yield _choice("backend", spec.backend, BACKENDS)
-    yield _choice("gpu_flag", spec.gpu_flag, GPU_FLAGS)
-    object.__setattr__(spec, "signal", spec.signal.upper().removeprefix("SIG"))
-    yield _choice("signal", spec.signal, SIGNALS)
+def _choice_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError | None]:
+    for name, choices in (("launch", LAUNCH_MODES), ("backend", BACKENDS), ("gpu_flag", GPU_FLAGS),
+                          ("signal", SIGNALS)):
+        value = getattr(spec, name)
+        yield None if value in choices else not_one_of(sp.name(name), value, choices)
     if spec.time is not None:
         try:
-            parse_time(spec.time)
+            parse_time(spec.time, sp.name("time"))
         except ConfigError as exc:
-            yield from exc.problems
+            yield exc
     if spec.mem is not None and not _MEM_RE.match(spec.mem):
-        yield (f"mem={spec.mem!r} is not a Slurm memory size. HINT: write e.g. mem: 32G "
-               "(a number with optional K, M, G or T; 0 means all memory of the node).")
+        yield ConfigError(f"{sp.name('mem')}={spec.mem!r} is not a Slurm memory size.",
+                          f"write e.g. {sp.setting('mem', '32G')} (a number with optional K, M, G or T; 0 means all "
+                          "memory of the node).")
     if spec.array is not None and not _ARRAY_RE.match(spec.array):
-        yield (f"array={spec.array!r} is not a Slurm array range. "
-               "HINT: write e.g. array: 0-9, array: 1,3,5 or array: 0-15%4.")
+        examples = [sp.setting("array", a) for a in ("0-9", "1,3,5", "0-15%4")]
+        yield ConfigError(f"{sp.name('array')}={spec.array!r} is not a Slurm array range.",
+                          f"write e.g. {examples[0]}, {examples[1]} or {examples[2]}.")
 
 
-def _range_problems(spec: JobSpec) -> Iterator[str]:
-    minimum = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1, "nproc_per_node": 1,
-               "cpus_per_task": 1, "grace_s": 1, "max_requeues": 0, "max_restarts": 0, "batch_size": 1}
-    for name, low in minimum.items():
+def _range_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError]:
+    for name, low in _MINIMUM.items():
         value = getattr(spec, name)
         if value is not None and value < low:
-            yield f"{name}={value} is below {low}. HINT: set {name} to at least {low}."
+            yield below_minimum(sp.name(name), value, low)
+    launch = f"{sp.name('launch')}={spec.launch!r}"
     if spec.max_restarts and spec.launch != "torchrun":
-        yield (f"max_restarts={spec.max_restarts} with launch={spec.launch!r}: only torchrun's agent restarts "
-               "workers. HINT: in srun mode a failed rank ends the step (--kill-on-bad-exit) and the job is "
-               "requeued (preemptible: true, max_requeues); or set launch: torchrun.")
+        yield ConfigError(f"{sp.given('max_restarts', spec.max_restarts)} with {launch}: only torchrun's agent "
+                          "restarts workers.", "in srun mode a failed rank ends the step (--kill-on-bad-exit) and "
+                          f"the job is requeued ({sp.setting('preemptible', True)}, {sp.name('max_requeues')}); "
+                          f"or set {sp.setting('launch', 'torchrun')}.")
     if spec.nproc_per_node is not None and spec.launch != "torchrun":
-        yield (f"nproc_per_node={spec.nproc_per_node} with launch={spec.launch!r}: only torchrun starts "
-               "several processes per task. HINT: use tasks_per_node in srun mode, or set launch: torchrun.")
+        yield ConfigError(f"{sp.given('nproc_per_node', spec.nproc_per_node)} with {launch}: only torchrun starts "
+                          f"several processes per task.", f"use {sp.name('tasks_per_node')} in srun mode, or set "
+                          f"{sp.setting('launch', 'torchrun')}.")
 
 
-def _text_problems(spec: JobSpec) -> Iterator[ConfigError | str | None]:
+def _text_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError | None]:
     """Newlines or NULs would end a `#SBATCH` or command line early; the rest would run as shell code."""
     values: list[tuple[str, str]] = [(n, getattr(spec, n)) for n in _STR_FIELDS + _OPT_STR_FIELDS
                                      if getattr(spec, n) is not None]
     values += [("args", a) for a in spec.args] + [("setup", s) for s in spec.setup]
     values += [(f"env.{k}", v) for k, v in spec.env.items()]
     for name, value in values:
-        yield _encoding_problem(name, value)
+        yield _encoding_problem(sp.name(name), value)
         bad = next((c for c in ("\n", "\r", "\0") if c in value), None)
         if bad is not None:
-            yield (f"{name}={value!r} contains {bad!r}; a job script line cannot hold it safely. "
-                   f"HINT: remove the line break from {name} (for several setup lines give a list).")
+            yield ConfigError(f"{sp.name(name)}={value!r} contains {bad!r}; a job script line cannot hold it "
+                              f"safely.", f"remove the line break from {sp.name(name)} (for several setup lines "
+                              "give a list).")
     if "/" in spec.name:
-        yield (f"name={spec.name!r} contains '/'; Slurm puts the name into log file names (%x). "
-               "HINT: use a name without '/', e.g. " + repr(spec.name.replace("/", "-")) + ".")
+        yield ConfigError(f"{sp.name('name')}={spec.name!r} contains '/'; Slurm puts the name into log file names "
+                          "(%x).", f"use a name without '/', e.g. {spec.name.replace('/', '-')!r}.")
     for name in ("script", "python"):
-        if getattr(spec, name).startswith("-"):
+        value = getattr(spec, name)
+        if value.startswith("-"):
             # srun would read `python` as one of its options, python would read `script` as one of its own
             # (`-c CODE` runs the next argument as code)
-            value = getattr(spec, name)
-            yield (f"{name}={value!r} starts with '-', so it would be read as an option, not a path. "
-                   f"HINT: write it as a path: {name}: ./{value}.")
+            yield ConfigError(f"{sp.name(name)}={value!r} starts with '-', so it would be read as an option, not "
+                              f"a path.", f"write it as a path: {sp.setting(name, './' + value)}.")
     for name in ("script", "name", "python", "output"):
         if not getattr(spec, name).strip():
-            yield f"{name} is empty. HINT: give a value for {name}."
+            yield ConfigError(f"{sp.name(name)} is empty.", f"give a value for {sp.name(name)}.")
 
 
-def _encoding_problem(name: str, value: str) -> str | None:
+def _encoding_problem(name: str, value: str) -> ConfigError | None:
     """A lone surrogate (e.g. from a mis-decoded file name) cannot be written into a UTF-8 script."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return (f"{name}={value!r} holds {value[exc.start]!r}, which cannot be written as UTF-8 into a job script. "
-                f"HINT: give {name} as plain text; file names must decode as UTF-8.")
+        return ConfigError(f"{name}={value!r} holds {value[exc.start]!r}, which cannot be written as UTF-8 into a "
+                           f"job script.", f"give {name} as plain text; file names must decode as UTF-8.")
     return None

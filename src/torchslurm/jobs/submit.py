@@ -9,19 +9,38 @@ import dataclasses
 import getpass
 import logging
 import re
+import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.jobs.findings import Finding, validate
-from torchslurm.jobs.sbatch import render
+from torchslurm.jobs.sbatch import rank_output, render
 from torchslurm.jobs.slurm import JobStatus, SlurmClient
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.runtime.launch import script_problem
 
 logger = logging.getLogger(__name__)
+
+# A placeholder of Slurm's filename patterns (sbatch(1), "filename pattern"): `%%`, or `%` with an
+# optional zero-padding width and a letter (`%j`, `%4t`).
+_PLACEHOLDER = re.compile(r"%(%|\d*[A-Za-z])")
+
+
+def expand_pattern(pattern: str, known: Mapping[str, str]) -> str:
+    """`pattern` with the placeholders in `known` filled in (`{"x": job name, "j": job id, "u": user}`)
+    and `%%` as `%`; the others are left for Slurm."""
+    def one(m: re.Match[str]) -> str:
+        return "%" if m.group(1) == "%" else known.get(m.group(1), m.group(0))
+
+    return _PLACEHOLDER.sub(one, pattern)
+
+
+def unknown_placeholders(pattern: str, known: Mapping[str, str]) -> list[str]:
+    """The placeholders of `pattern` that `expand_pattern` leaves for Slurm (`%j`, `%N`, ...)."""
+    return [m.group(0) for m in _PLACEHOLDER.finditer(pattern) if m.group(1) != "%" and m.group(1) not in known]
 
 
 def prepare(spec: JobSpec, run_dir: Path) -> tuple[JobSpec, Path]:
@@ -46,19 +65,18 @@ def _make_log_directory(name: str, pattern: str, job_name: str) -> None:
     """Create the folder of a log file pattern: Slurm does not, and a job whose log folder is missing
     fails before printing anything. %x (the job name) and %u (the user) are known before submission;
     the other placeholders (%j, %A, %N, ...) are not, so they cannot name a folder made beforehand."""
-    escaped = "\0"  # stands for a literal %% while the placeholders are read
-    folder = str(Path(pattern).parent).replace("%%", escaped).replace("%x", job_name)
-    folder = folder.replace("%u", getpass.getuser())
-    if "%" in folder:
+    parent = str(Path(pattern).parent)
+    known = {"x": job_name, "u": getpass.getuser()}
+    if unknown_placeholders(parent, known):
         raise ConfigError(f"{name}={pattern}: its folder holds a placeholder known only once the job runs, and "
-                          "Slurm does not create folders. HINT: keep %j and the like in the file name, e.g. "
-                          f"{name}=logs/%x-%j.out.")
-    folder = folder.replace(escaped, "%")
+                          "Slurm does not create folders.",
+                          f"keep %j and the like in the file name, e.g. {name}=logs/%x-%j.out.")
+    folder = expand_pattern(parent, known)
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{name}={pattern}: cannot create {folder}/ ({exc.strerror}); Slurm does not create it "
-                          "and the job would fail before printing anything. HINT: give a folder you can write, "
+                          "and the job would fail before printing anything.", "give a folder you can write, "
                           f"e.g. {name}=logs/%x-%j.out (placed in the run directory).") from exc
 
 
@@ -85,14 +103,35 @@ def script_missing(spec: JobSpec, cwd: Path, submitting: bool) -> list[Finding]:
                     "sbatch in")]
 
 
+def log_dirs(spec: JobSpec, base: Path) -> dict[str, Path]:
+    """The folders of the output/error patterns (relative ones taken from `base`); those with a
+    placeholder in them are left out: Slurm fills those in per job."""
+    out: dict[str, Path] = {}
+    for key in ("output", "error"):
+        value = getattr(spec, key)
+        parent = None if value is None else Path(value).parent
+        if parent is not None and parent != Path(".") and "%" not in str(parent):
+            out[key] = base / parent
+    return out
+
+
+def missing_log_dirs(spec: JobSpec, cwd: Path) -> list[Finding]:
+    """A warning for each log folder that does not exist: Slurm does not create it (what `torchslurm
+    lint` says of a script, [log-dir]). For `script`; `submit` creates them instead (`prepare`)."""
+    return [Finding("warning", "log-dir",
+                    f"--{key}={getattr(spec, key)}: Slurm does not create {path}/; if it is missing the job "
+                    "fails before printing anything.", f"mkdir -p {shlex.quote(str(path))} before sbatch")
+            for key, path in log_dirs(spec, cwd).items() if not path.is_dir()]
+
+
 def submit(spec: JobSpec, run_dir: Path | str | None = None, client: SlurmClient | None = None,
            force: bool = False, slurm_version: str | None = None) -> Job:
     """Validate, render into `run_dir` (default ./torchslurm-runs/<name>), sbatch, return the Job."""
     errors = [f for f in [*script_missing(spec, Path.cwd(), True), *validate(spec, slurm_version)]
               if f.severity == "error"]
     if errors and not force:
-        raise ConfigError("the job spec has errors:\n  " + "\n  ".join(str(f) for f in errors)
-                          + "\nHINT: fix them (or pass force=True / --force to submit anyway).")
+        raise ConfigError("the job spec has errors:\n  " + "\n  ".join(str(f) for f in errors) + "\n",
+                          "fix them (or pass force=True / --force to submit anyway).")
     client = client or SlurmClient()
     directory = Path(run_dir) if run_dir is not None else Path("torchslurm-runs") / spec.name
     directory.mkdir(parents=True, exist_ok=True)
@@ -124,7 +163,7 @@ class Job:
             if st.finished:
                 return st
             if deadline is not None and clock() >= deadline:
-                raise SlurmError(f"job {self.id} still {st.state} after {timeout_s:g} s. HINT: "
+                raise SlurmError(f"job {self.id} still {st.state} after {timeout_s:g} s.",
                                  f"`torchslurm status {self.id}` shows why (Reason); wait longer or cancel it.")
             sleep(poll_s)
 
@@ -139,14 +178,14 @@ class Job:
         st = self.status()
         if not st.stdout:
             return None
-        # the same pattern sbatch.rank_output gave srun, with %x/%j already expanded by Slurm
-        candidate = Path(rank_output_for(st.stdout).replace("%t", str(rank)))
+        # the pattern sbatch gave srun, applied to the output path Slurm expanded (%x, %j)
+        candidate = Path(rank_output(st.stdout).replace("%t", str(rank)))
         return candidate if candidate.exists() else None
 
     def logs(self, rank: int | None = None) -> str:
         """The job's output so far; with `rank`, only that rank's lines (per-rank file or `R: ` labels)."""
         if rank is not None and rank < 0:
-            raise ConfigError(f"--rank={rank} is negative. HINT: ranks count from 0 (--rank 0 is the first).")
+            raise ConfigError(f"--rank={rank} is negative.", "ranks count from 0 (--rank 0 is the first).")
         if rank is not None:
             per_rank = self.rank_log_path(rank)
             if per_rank is not None:
@@ -154,18 +193,13 @@ class Job:
         paths = self.log_paths()
         if not paths or not paths[0].exists():
             where = paths[0] if paths else "(no StdOut in scontrol)"
-            raise SlurmError(f"job {self.id} has no log file yet at {where}. HINT: a pending job has not "
-                             "started; otherwise check that the output directory exists on the nodes.")
+            raise SlurmError(f"job {self.id} has no log file yet at {where}.", "a pending job has not started; "
+                             "otherwise check that the output directory exists on the nodes.")
         text = paths[0].read_text(errors="replace")
         return text if rank is None else filter_rank(text, rank)
 
     def cancel(self) -> None:
         self.client.cancel(self.id)
-
-
-def rank_output_for(stdout_path: str) -> str:
-    stem = stdout_path[: -len(".out")] if stdout_path.endswith(".out") else stdout_path
-    return f"{stem}-rank%t.out"
 
 
 def filter_rank(text: str, rank: int) -> str:

@@ -245,8 +245,8 @@ def test_spec_errors_name_flags_as_flags(tmp_path: Path, monkeypatch: pytest.Mon
     assert main(["script", "--gpus-per-node=-2", "--nodes", "0", "t.py"]) == 2
     assert capsys.readouterr().err == (
         "error: 2 invalid settings:\n"
-        "  --nodes=0 is below 1. HINT: set --nodes to at least 1.\n"
-        "  --gpus-per-node=-2 is below 0. HINT: set --gpus-per-node to at least 0.\n")
+        "  --nodes=0 must be at least 1. HINT: set --nodes to 1 or more.\n"
+        "  --gpus-per-node=-2 must be at least 0. HINT: set --gpus-per-node to 0 or more.\n")
     assert main(["script", "--gpus-per-node", "4", "--tasks-per-node", "1", "t.py"]) == 2
     assert ("error: [tasks-vs-gpus] --launch=srun runs one rank per Slurm task, but --tasks-per-node=1 and "
             "--gpus-per-node=4. HINT: set --tasks-per-node 4, or use --launch torchrun with --tasks-per-node 1."
@@ -264,8 +264,8 @@ def test_spec_errors_name_spec_file_keys_as_keys(tmp_path: Path, monkeypatch: py
     assert main(["script", "--spec", "job.yaml", "--gpus-per-node=-2"]) == 2
     assert capsys.readouterr().err == (
         "error: 2 invalid settings:\n"
-        "  nodes=0 is below 1. HINT: set nodes to at least 1.\n"
-        "  --gpus-per-node=-2 is below 0. HINT: set --gpus-per-node to at least 0.\n")
+        "  nodes=0 must be at least 1. HINT: set nodes to 1 or more.\n"
+        "  --gpus-per-node=-2 must be at least 0. HINT: set --gpus-per-node to 0 or more.\n")
     (tmp_path / "job.yaml").write_text("script: t.py\ngpus_per_node: 4\nbackend: gloo\n")
     assert main(["script", "--spec", "job.yaml", "--tasks-per-node", "1"]) == 2
     err = capsys.readouterr().err

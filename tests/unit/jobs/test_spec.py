@@ -56,7 +56,7 @@ def test_wrong_types_rejected() -> None:
         JobSpec(script="t.py", nodes="2")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"args='a b' is a str, expected a list of strings"):
         JobSpec(script="t.py", args="a b")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match=r"nodes=0 is below 1"):
+    with pytest.raises(ConfigError, match=r"nodes=0 must be at least 1\. HINT: set nodes to 1 or more\."):
         JobSpec(script="t.py", nodes=0)
 
 
