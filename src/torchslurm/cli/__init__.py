@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from typing import Any, NoReturn
 
 from torchslurm._version import __version__
-from torchslurm.errors import TorchSlurmError
+from torchslurm.errors import TorchSlurmError, render
 
 # Subcommand modules, in the order `--help` lists them.
 COMMANDS: tuple[str, ...] = ("run", "train", "sandbox", "script", "submit", "status", "logs", "cancel", "lint",
@@ -39,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
         self.fail(message, f"`{self.prog} --help` lists the options")
 
     def fail(self, message: str, hint: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message}. HINT: {hint}.\n")
+        self.exit(2, f"error: {self.prog}: {render(f'{message}.', f'{hint}.')}\n")
 
 
 # sbatch's own spelling (sbatch(1)) of what the job spec asks in another way: flag -> (torchslurm
@@ -97,7 +97,7 @@ def _flag_name(arg: str) -> str:
 
 
 def slurm_flag_advice(arg: str, accepted: Collection[str]) -> tuple[str, str] | None:
-    """(what is wrong, HINT) for an sbatch flag that a subcommand taking `accepted` flags refused."""
+    """(what is wrong, the fix) for an sbatch flag that a subcommand taking `accepted` flags refused."""
     flag = _flag_name(arg)
     if flag in SLURM_EQUIVALENTS and SLURM_EQUIVALENTS[flag][0] in accepted:
         _, meaning, hint = SLURM_EQUIVALENTS[flag]

@@ -82,8 +82,7 @@ class SandboxStatus:
     def environ(self) -> dict[str, str]:
         """The environment to run sbatch/srun/squeue against this sandbox."""
         if self.config is None:
-            raise EnvError(f"no sandbox in {self.lab_dir}. "
-                           f"HINT: torchslurm sandbox up --lab-dir {self.lab_dir}")
+            raise EnvError(f"no sandbox in {self.lab_dir}.", f"torchslurm sandbox up --lab-dir {self.lab_dir}")
         return job_environ(self.config, os.environ)
 
 
@@ -93,7 +92,7 @@ def require_root(euid: int | None = None) -> None:
     if euid != 0:
         raise EnvError(
             f"torchslurm sandbox needs root (effective uid is {euid}): it creates network namespaces "
-            "and starts slurmctld/slurmd. HINT: sudo torchslurm sandbox up"
+            "and starts slurmctld/slurmd.", "sudo torchslurm sandbox up"
         )
 
 
@@ -139,8 +138,8 @@ def _run(argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None 
     result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
                             env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
     if check and result.returncode != 0:
-        raise SlurmError(f"`{' '.join(argv)}` failed ({result.returncode}): {result.stderr.strip()}. "
-                         "HINT: torchslurm sandbox down, then up again; see the message for the cause")
+        raise SlurmError(f"`{' '.join(argv)}` failed ({result.returncode}): {result.stderr.strip()}.",
+                         "torchslurm sandbox down, then up again; see the message for the cause")
     return result
 
 
@@ -170,8 +169,7 @@ def ensure_packages(run: Callable[..., subprocess.CompletedProcess[str]] = _run,
         return []
     if not which("apt-get", path=search):
         raise EnvError(f"Slurm packages missing ({', '.join(missing)}) and apt-get not found; the sandbox "
-                       f"needs Debian's Slurm 22.05. "
-                       f"HINT: install {' '.join(APT_PACKAGES)} with your package manager")
+                       "needs Debian's Slurm 22.05.", f"install {' '.join(APT_PACKAGES)} with your package manager")
     logger.info("installing %s with apt-get", " ".join(missing))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     run(["apt-get", "update", "-q"], env=env, timeout_s=600)
@@ -210,7 +208,7 @@ def _start_daemon(cfg: SandboxConfig, name: str, argv: list[str]) -> None:
         rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                             timeout=60, env={**os.environ, "PATH": SYSTEM_PATH}).returncode
     if rc != 0:
-        raise SlurmError(f"starting {name} failed ({rc}): {_tail(log)}. HINT: see {cfg.lab_dir}/log")
+        raise SlurmError(f"starting {name} failed ({rc}): {_tail(log)}.", f"see {cfg.lab_dir}/log")
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -239,8 +237,8 @@ def wait_ready(cfg: SandboxConfig, timeout_s: float = 30.0) -> dict[str, str]:
             logs = "; ".join(f"{n}: {_tail(cfg.lab_dir / 'log' / f'slurmd-{n}.log', 3)}"
                              for n in states or ["?"])
             raise SlurmError(
-                f"sandbox nodes not ready after {timeout_s:.0f} s: sinfo says {states or 'nothing'}; {logs}. "
-                f"HINT: check {cfg.lab_dir}/log/slurmctld.log, then torchslurm sandbox down")
+                f"sandbox nodes not ready after {timeout_s:.0f} s: sinfo says {states or 'nothing'}; {logs}.",
+                f"check {cfg.lab_dir}/log/slurmctld.log, then torchslurm sandbox down")
         time.sleep(0.1)
 
 
@@ -262,7 +260,7 @@ def up(cfg: SandboxConfig) -> SandboxStatus:
         other = running_lab_dir()
         if other is not None and other != cfg.lab_dir:
             raise ConfigError(f"a sandbox is already up in {other} (bridge {BRIDGE}), not in {cfg.lab_dir}; "
-                              f"only one can run at a time. HINT: torchslurm sandbox down --lab-dir {other}")
+                              "only one can run at a time.", f"torchslurm sandbox down --lab-dir {other}")
         old = load_config(cfg.lab_dir)
         if old is not None:
             current = status(cfg.lab_dir)
@@ -273,13 +271,13 @@ def up(cfg: SandboxConfig) -> SandboxStatus:
             if current.healthy:
                 raise ConfigError(
                     f"the sandbox in {cfg.lab_dir} is up with --nodes={old.nodes} --gpus-per-node="
-                    f"{old.gpus_per_node}, not --nodes={cfg.nodes} --gpus-per-node={cfg.gpus_per_node}. "
-                    f"HINT: torchslurm sandbox down --lab-dir {cfg.lab_dir}, then up again")
+                    f"{old.gpus_per_node}, not --nodes={cfg.nodes} --gpus-per-node={cfg.gpus_per_node}.",
+                    f"torchslurm sandbox down --lab-dir {cfg.lab_dir}, then up again")
             logger.info("cleaning up a half-running sandbox in %s", cfg.lab_dir)
             _down(old)
         elif cfg.lab_dir.exists() and any(cfg.lab_dir.iterdir()):
             raise ConfigError(f"--lab-dir={cfg.lab_dir} exists and is not a sandbox (no sandbox.json); "
-                              "`down` would delete it. HINT: pass an empty or new directory as --lab-dir")
+                              "`down` would delete it.", "pass an empty or new directory as --lab-dir")
         elif other is not None or any((NETNS_DIR / netns_name(i)).exists() for i in cfg.node_indexes()):
             # A crashed sandbox whose files are gone (e.g. /tmp was cleaned): only its network remains.
             logger.info("removing a stale sandbox network")
@@ -387,12 +385,12 @@ def node_exec_argv(node: str, argv: Sequence[str], lab_dir: Path | None = None) 
     lab = resolve_lab_dir(lab_dir)
     cfg = load_config(lab)
     if cfg is None:
-        raise EnvError(f"no sandbox in {lab}. HINT: torchslurm sandbox up")
+        raise EnvError(f"no sandbox in {lab}.", "torchslurm sandbox up")
     i = node_index(node, cfg.nodes)
     pid = _pid_alive(cfg.slurmd_pid_file(i), "slurmd")
     if pid is None:
-        raise SlurmError(f"slurmd of {node_name(i)} is not running in {lab}. "
-                         "HINT: torchslurm sandbox down && torchslurm sandbox up")
+        raise SlurmError(f"slurmd of {node_name(i)} is not running in {lab}.",
+                         "torchslurm sandbox down && torchslurm sandbox up")
     if not argv:
-        raise ConfigError(f"no command given to run on {node}. HINT: torchslurm sandbox exec {node} hostname")
+        raise ConfigError(f"no command given to run on {node}.", f"torchslurm sandbox exec {node} hostname")
     return exec_argv(pid, list(argv))

@@ -4,7 +4,7 @@ A sandbox node is a network namespace (own NIC with its own name and a 198.18.0.
 bridge), a UTS namespace (own hostname) and a mount namespace (a hosts file naming every node
 bind-mounted over /etc/hosts), running a real slurmd. slurmctld runs in the root network namespace
 on the bridge. Every decision is a function of `SandboxConfig`; `torchslurm.sandbox.cluster` carries
-them out. Facts behind the choices: shared/slurm-lab.md (measured on Debian 12, Slurm 22.05).
+them out. The choices are made for Debian 12's Slurm 22.05 packages.
 """
 
 from __future__ import annotations
@@ -53,26 +53,26 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= MAX_NODES:
             raise ConfigError(
-                f"--nodes={self.nodes} is out of range; the sandbox has 1 to {MAX_NODES} nodes. "
-                f"HINT: torchslurm sandbox up --nodes 4"
+                f"--nodes={self.nodes} is out of range; the sandbox has 1 to {MAX_NODES} nodes.",
+                "torchslurm sandbox up --nodes 4"
             )
         if not 0 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
             raise ConfigError(
                 f"--gpus-per-node={self.gpus_per_node} is out of range; fake GPUs per node are 0 to "
-                f"{MAX_GPUS_PER_NODE}. HINT: torchslurm sandbox up --gpus-per-node 4"
+                f"{MAX_GPUS_PER_NODE}.", "torchslurm sandbox up --gpus-per-node 4"
             )
         if not 1 <= self.cpus_per_node <= 256:
             raise ConfigError(
-                f"--cpus-per-node={self.cpus_per_node} is out of range; it must be 1 to 256. "
-                "HINT: torchslurm sandbox up --cpus-per-node 4"
+                f"--cpus-per-node={self.cpus_per_node} is out of range; it must be 1 to 256.",
+                "torchslurm sandbox up --cpus-per-node 4"
             )
         for name, path in (("--lab-dir", self.lab_dir), ("python_bin", self.python_bin)):
             bad = sorted(set(str(path)) & _UNSAFE_PATH_CHARS)
             if not path.is_absolute() or bad:
                 raise ConfigError(
                     f"{name}={str(path)!r} must be an absolute path without spaces or shell characters "
-                    f"(found {''.join(bad) or 'a relative path'}); Slurm config lines cannot quote them. "
-                    f"HINT: {name} {DEFAULT_LAB_DIR}"
+                    f"(found {''.join(bad) or 'a relative path'}); Slurm config lines cannot quote them.",
+                    f"{name} {DEFAULT_LAB_DIR}"
                 )
 
     # Files under the lab directory.
@@ -157,7 +157,7 @@ def node_index(name: str, nodes: int) -> int:
     digits = name.removeprefix("node")
     if not digits.isdigit() or not 1 <= int(digits) <= nodes:
         valid = ", ".join(node_name(i) for i in range(1, nodes + 1))
-        raise ConfigError(f"node {name!r} is not in the sandbox; valid nodes: {valid}. HINT: use one of them")
+        raise ConfigError(f"node {name!r} is not in the sandbox; valid nodes: {valid}.", "use one of them")
     return int(digits)
 
 
@@ -167,7 +167,8 @@ def _range(first: int, last: int) -> str:
 
 def render_hosts(cfg: SandboxConfig) -> str:
     """/etc/hosts inside every namespace: real addresses only. A Debian `127.0.1.1 <hostname>`
-    line would make gloo bind loopback and hang (slurm-lab.md pitfall 2)."""
+    line would make the master's name resolve to loopback there, so Gloo binds loopback and the
+    other nodes' ranks hang connecting to it."""
     lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback",
              f"{CONTROLLER_ADDR} {CONTROLLER_NAME}"]
     lines += [f"{node_addr(i)} {node_name(i)}" for i in cfg.node_indexes()]
@@ -305,7 +306,8 @@ def slurmctld_argv(cfg: SandboxConfig) -> list[str]:
 
 def slurmd_argv(cfg: SandboxConfig, i: int) -> list[str]:
     """slurmd inside node i's namespaces. `nsenter --net`, not `ip netns exec`: the latter remounts
-    /sys and hides /sys/fs/cgroup, and slurmd 22.05 then refuses to start (slurm-lab.md pitfall 1).
+    /sys (man ip-netns) and hides /sys/fs/cgroup, and slurmd 22.05 then refuses to start (its cgroup
+    plugins find no cgroup tree).
     We remount sysfs ourselves (so /sys/class/net lists only this node's NICs) and move the host's
     cgroup tree back under it."""
     q = shlex.quote

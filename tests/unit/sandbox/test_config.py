@@ -77,13 +77,13 @@ def test_slurm_conf_keeps_every_file_inside_the_lab_and_per_node_dirs_apart() ->
     for key in ("StateSaveLocation", "SlurmdSpoolDir", "TmpFS", "SlurmctldPidFile", "SlurmdPidFile",
                 "SlurmctldLogFile", "SlurmdLogFile", "JobCompLoc", "PlugStackConfig"):
         assert values[key].startswith(str(LAB) + "/"), key
-    # /tmp is shared by all emulated nodes: per-node dirs need %n (slurm-lab.md pitfall 7).
+    # /tmp is shared by all emulated nodes: per-node dirs need %n (slurmd expands it to the node name).
     for key in ("SlurmdSpoolDir", "TmpFS", "SlurmdPidFile", "SlurmdLogFile"):
         assert "%n" in values[key], key
     assert values["AuthInfo"] == f"socket={LAB}/munge/munge.sock"
     assert values["SlurmctldHost"] == "slurmctl(198.18.0.1)"
     assert values["AccountingStorageType"] == "accounting_storage/none"
-    assert "AccountingStorageTRES" not in values  # fatal without slurmdbd (pitfall 10)
+    assert "AccountingStorageTRES" not in values  # slurmctld refuses it without slurmdbd
 
 
 def test_gres_conf_points_at_the_lab_devices() -> None:
