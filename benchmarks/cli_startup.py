@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         (cwd / "job.sbatch").write_text(LINT_SCRIPT)
         todo = commands(python)
         times: dict[str, list[float]] = {name: [] for name in todo}
-        for name, command in todo.items():  # warm the file cache and the .pyc files first
+        for command in todo.values():  # warm the file cache and the .pyc files first
             run_once(command, cwd, env)
         for _ in range(args.rounds):
             for name, command in todo.items():

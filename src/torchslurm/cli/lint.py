@@ -1,4 +1,4 @@
-"""`torchslurm lint SCRIPT...`: the seeds' pitfalls in hand-written sbatch scripts. Exit 1 on errors.
+"""`torchslurm lint SCRIPT...`: the usual multi-node mistakes in hand-written sbatch scripts. Exit 1 on errors.
 
 A script that cannot be read (missing, a directory, not text) is reported and the others are still
 linted; the exit status is then 2.

@@ -1,11 +1,11 @@
-"""lint(text) -> findings for a hand-written sbatch script: the pitfalls of the seeds' scripts.
+"""lint(text) -> findings for a hand-written sbatch script: the usual multi-node mistakes.
 
-Pure: lint_parse.parse() reads the script (its `#SBATCH` directives and its srun / torchrun /
-python lines); the checks here return `Finding`s: what makes sbatch refuse the script (no `#!`, an
+Pure: parse.parse() reads the script (its `#SBATCH` directives and its srun / torchrun / python
+lines); the checks here return `Finding`s: what makes sbatch refuse the script (no `#!`, an
 option it does not know, a value it refuses), then the multi-node mistakes of the directives and
 the batch shell (counts, MASTER_ADDR/MASTER_PORT, per-rank NICs, --signal, --export, log folders).
 The checks of the launch lines themselves (ranks per node against GPUs, launchers that do not
-rendezvous across the step's nodes) are in lint_launch.py. Nothing is executed.
+rendezvous across the step's nodes) are in launch.py. Nothing is executed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from torchslurm.errors import ConfigError
-from torchslurm.jobs.findings import Finding, Severity
+from torchslurm.jobs.findings import Finding, by_severity
 from torchslurm.jobs.spec import parse_time
 from torchslurm.lint.launch import (
     check_launches,
@@ -82,12 +82,7 @@ def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Fi
                   check_rendezvous, _check_master, _check_nic, _check_signal, _check_export, _check_batch_rank_vars):
         found += check(script)
     found += _check_output_dir(script, path_exists)
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(found, key=lambda f: order[f.severity])
-
-
-def _f(severity: Severity, code: str, message: str, hint: str) -> Finding:
-    return Finding(severity, code, message, hint)
+    return by_severity(found)
 
 
 def _check_shebang(s: Script) -> list[Finding]:
@@ -97,8 +92,8 @@ def _check_shebang(s: Script) -> list[Finding]:
         return []
     first = s.first_line if len(s.first_line) <= 40 else s.first_line[:40] + "..."
     found = f"`{first}`" if first.strip() else "empty"
-    return [_f("error", "no-shebang", f"line 1 is {found}, not `#!` and an interpreter: sbatch refuses the script "
-               "(\"This does not look like a batch script\").", "#!/bin/bash as the very first line.")]
+    return [Finding("error", "no-shebang", f"line 1 is {found}, not `#!` and an interpreter: sbatch refuses the script "
+                    "(\"This does not look like a batch script\").", "#!/bin/bash as the very first line.")]
 
 
 # options that SPANK plugins add to sbatch on GPU clusters (pyxis: --container-image, --container-mounts, ...)
@@ -133,26 +128,27 @@ def _check_options(s: Script) -> list[Finding]:
                                            f"--{key}" + (f"={value}" if value else ""))
         if len(key) == 1:
             if key not in SBATCH.short_names:
-                out.append(_f("error", "unknown-option", f"{shown}: sbatch has no option -{key} and refuses the "
-                              "script (checked against sbatch 22.05's options).",
-                              "check the letter in `sbatch --help`, or write the long option (#SBATCH --nodes=2)."))
+                out.append(Finding("error", "unknown-option", f"{shown}: sbatch has no option -{key} and refuses the "
+                                   "script (checked against sbatch 22.05's options).",
+                                   "check the letter in `sbatch --help`, or write the long option "
+                                   "(#SBATCH --nodes=2)."))
             continue
         matches = long_matches(key, SBATCH)
         if len(matches) > 1:
-            out.append(_f("error", "unknown-option", f"{shown}: --{key} is ambiguous, the start of "
-                          f"{', '.join('--' + m for m in matches)}; sbatch refuses the script.",
-                          f"spell the option out, e.g. #SBATCH --{matches[0]}{'=' + value if value else ''}."))
+            out.append(Finding("error", "unknown-option", f"{shown}: --{key} is ambiguous, the start of "
+                               f"{', '.join('--' + m for m in matches)}; sbatch refuses the script.",
+                               f"spell the option out, e.g. #SBATCH --{matches[0]}{'=' + value if value else ''}."))
         elif not matches and not key.startswith(_PLUGIN_PREFIXES):
             close = difflib.get_close_matches(key.replace("_", "-"), sorted(SBATCH.long_names), n=1, cutoff=0.6)
             if close and edit_distance(key.replace("_", "-"), close[0]) <= _TYPO_EDITS:
-                out.append(_f("error", "unknown-option", f"{shown}: sbatch has no option --{key} and refuses the "
-                              "script (`sbatch: unrecognized option`; checked against sbatch 22.05's options).",
-                              f"did you mean --{close[0]}? #SBATCH --{close[0]}{'=' + value if value else ''}."))
+                out.append(Finding("error", "unknown-option", f"{shown}: sbatch has no option --{key} and refuses the "
+                                   "script (`sbatch: unrecognized option`; checked against sbatch 22.05's options).",
+                                   f"did you mean --{close[0]}? #SBATCH --{close[0]}{'=' + value if value else ''}."))
             else:  # not a typo of a 22.05 option: a newer Slurm's, or a SPANK plugin's, which lint cannot know
-                out.append(_f("warning", "unknown-option", f"{shown}: sbatch 22.05 has no option --{key}; "
-                              "unless this cluster's newer Slurm or a SPANK plugin has it, sbatch refuses the "
-                              "script (`sbatch: unrecognized option`).",
-                              "check the spelling in `sbatch --help` (or `man sbatch`) on the login node."))
+                out.append(Finding("warning", "unknown-option", f"{shown}: sbatch 22.05 has no option --{key}; "
+                                   "unless this cluster's newer Slurm or a SPANK plugin has it, sbatch refuses the "
+                                   "script (`sbatch: unrecognized option`).",
+                                   "check the spelling in `sbatch --help` (or `man sbatch`) on the login node."))
     return out
 
 
@@ -167,27 +163,27 @@ def _check_values(s: Script) -> list[Finding]:
         why = "sbatch refuses the script"
         if key == "nodes" and value.startswith("-"):  # proc_args.c verify_node_count: "-1" is the range 1-1
             why = "Slurm reads the leading `-` as a MIN-MAX range without MIN, i.e. 1 node"
-        out.append(_f("error", "invalid-value", f"line {line}: #SBATCH --{key}={value} is not {what}; {why}.",
-                      f"#SBATCH {example}."))
+        out.append(Finding("error", "invalid-value", f"line {line}: #SBATCH --{key}={value} is not {what}; {why}.",
+                           f"#SBATCH {example}."))
     return out
 
 
 def _check_presence(s: Script) -> list[Finding]:
     """`#SBATCH` lines sbatch ignores (after the first command), or none at all."""
-    out = [_f("warning", "late-directive", f"line {line}: #SBATCH after the first command: sbatch ignores it.",
-              "move it up: sbatch reads #SBATCH lines only before the first command (comments and blank lines "
-              "may come between them).") for line in s.late_directives]
+    out = [Finding("warning", "late-directive", f"line {line}: #SBATCH after the first command: sbatch ignores it.",
+                   "move it up: sbatch reads #SBATCH lines only before the first command (comments and blank lines "
+                   "may come between them).") for line in s.late_directives]
     if s.directive_list or s.late_directives:
         return out
     if not s.launches:
-        return [_f("warning", "no-directives",
-                   "no #SBATCH directives and no srun, torchrun or python line found: nothing to check.",
-                   "lint reads sbatch scripts: #SBATCH lines at the top (#SBATCH --nodes=2 --ntasks-per-node=4 "
-                   "--gpus-per-node=4), then the training command (srun python train.py).")]
-    return [_f("info", "no-directives",
-               "no #SBATCH directives found: lint checked the script against Slurm's defaults (1 node, 1 task); "
-               "options given on the sbatch command line are not seen.",
-               "write them in the script (#SBATCH --nodes=2 --ntasks-per-node=4 ...) so it says what it needs.")]
+        return [Finding("warning", "no-directives",
+                        "no #SBATCH directives and no srun, torchrun or python line found: nothing to check.",
+                        "lint reads sbatch scripts: #SBATCH lines at the top (#SBATCH --nodes=2 --ntasks-per-node=4 "
+                        "--gpus-per-node=4), then the training command (srun python train.py).")]
+    return [Finding("info", "no-directives",
+                    "no #SBATCH directives found: lint checked the script against Slurm's defaults (1 node, 1 task); "
+                    "options given on the sbatch command line are not seen.",
+                    "write them in the script (#SBATCH --nodes=2 --ntasks-per-node=4 ...) so it says what it needs.")]
 
 
 def _check_counts(s: Script) -> list[Finding]:
@@ -195,9 +191,10 @@ def _check_counts(s: Script) -> list[Finding]:
     ntasks, nodes = leading_int(d.get("ntasks")), leading_int(d.get("nodes"))
     per_node = leading_int(d.get("ntasks-per-node"))
     if ntasks is not None and nodes is not None and per_node is not None and ntasks != nodes * per_node:
-        out.append(_f("error", "ntasks-mismatch",
-                      f"--ntasks={ntasks} but --nodes={nodes} x --ntasks-per-node={per_node} = {nodes * per_node}.",
-                      f"drop --ntasks, or set --ntasks={nodes * per_node}."))
+        out.append(Finding("error", "ntasks-mismatch",
+                           f"--ntasks={ntasks} but --nodes={nodes} x --ntasks-per-node={per_node} = "
+                           f"{nodes * per_node}.",
+                           f"drop --ntasks, or set --ntasks={nodes * per_node}."))
     return out
 
 
@@ -206,17 +203,17 @@ def _check_master(s: Script) -> list[Finding]:
     out = []
     exports = {**s.task_exports, **s.exports}
     if "NCCL_IB_DISABLE" in exports and exports["NCCL_IB_DISABLE"][1] == "1":
-        out.append(_f("info", "nccl-ib-disabled",
-                      f"line {exports['NCCL_IB_DISABLE'][0]}: NCCL_IB_DISABLE=1 forces NCCL onto TCP sockets "
-                      "even where InfiniBand exists (much slower all-reduce).",
-                      "remove it unless IB is broken on this cluster; check with NCCL_DEBUG=INFO."))
+        out.append(Finding("info", "nccl-ib-disabled",
+                           f"line {exports['NCCL_IB_DISABLE'][0]}: NCCL_IB_DISABLE=1 forces NCCL onto TCP sockets "
+                           "even where InfiniBand exists (much slower all-reduce).",
+                           "remove it unless IB is broken on this cluster; check with NCCL_DEBUG=INFO."))
     if "MASTER_ADDR" in exports:
         line, value = exports["MASTER_ADDR"]
         if "$" not in value:
-            out.append(_f("error", "hard-coded-master-addr",
-                          f"line {line}: MASTER_ADDR={value} is fixed; the job's first node differs per job.",
-                          "remove it: torchslurm.init() uses the first host of SLURM_JOB_NODELIST (or "
-                          "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1))."))
+            out.append(Finding("error", "hard-coded-master-addr",
+                               f"line {line}: MASTER_ADDR={value} is fixed; the job's first node differs per job.",
+                               "remove it: torchslurm.init() uses the first host of SLURM_JOB_NODELIST (or "
+                               "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1))."))
     if "MASTER_PORT" in exports:
         line, value = exports["MASTER_PORT"]
         if value.isdigit():
@@ -226,10 +223,10 @@ def _check_master(s: Script) -> list[Finding]:
 
 
 def _check_nic(s: Script) -> list[Finding]:
-    return [_f("warning", "per-rank-nic",
-               f"line {line}: a `case` on the rank picks *_SOCKET_IFNAME per node by hand; it breaks when "
-               "the job lands on other nodes or ranks move.",
-               "delete the case block: torchslurm picks, on each node, the interface that reaches the master.")
+    return [Finding("warning", "per-rank-nic",
+                    f"line {line}: a `case` on the rank picks *_SOCKET_IFNAME per node by hand; it breaks when "
+                    "the job lands on other nodes or ranks move.",
+                    "delete the case block: torchslurm picks, on each node, the interface that reaches the master.")
             for line in s.rank_cases]
 
 
@@ -241,35 +238,35 @@ def _check_signal(s: Script) -> list[Finding]:
     name = sig.split("@")[0]
     trapped = any(name.removeprefix("B:").removeprefix("SIG") in t for t in s.traps)
     if name.startswith("B:") and not trapped and s.launches:
-        out.append(_f("error", "signal-unreachable",
-                      f"--signal={sig}: `B:` sends the signal only to the batch shell, which has no trap; "
-                      "the Python ranks never see it.",
-                      f"--signal={name.removeprefix('B:')}@{sig.partition('@')[2]} (without B:) reaches the "
-                      "tasks of every job step."))
+        out.append(Finding("error", "signal-unreachable",
+                           f"--signal={sig}: `B:` sends the signal only to the batch shell, which has no trap; "
+                           "the Python ranks never see it.",
+                           f"--signal={name.removeprefix('B:')}@{sig.partition('@')[2]} (without B:) reaches the "
+                           "tasks of every job step."))
     for ln in s.launches:
         forwarded = (ln.signals_to_handle is not None and name.removeprefix("B:") in ln.signals_to_handle) \
             or name.removeprefix("SIG") in ln.ignored
         if ln.launcher == "torchrun" and not name.startswith("B:") and not forwarded \
                 and name.removeprefix("SIG") in _SIGNALS_DEFAULT_KILL:
-            out.append(_f("warning", "signal-kills-torchrun",
-                          f"line {ln.line}: --signal={sig} also reaches the torchrun agent, which does not "
-                          "handle it and dies (the default action), taking its workers down.",
-                          f"run the agent as bash -c 'trap \"\" {name.removeprefix('SIG')}; exec \"$@\"' _ "
-                          "torchrun ... (workers still get the signal from Slurm)."))
+            out.append(Finding("warning", "signal-kills-torchrun",
+                               f"line {ln.line}: --signal={sig} also reaches the torchrun agent, which does not "
+                               "handle it and dies (the default action), taking its workers down.",
+                               f"run the agent as bash -c 'trap \"\" {name.removeprefix('SIG')}; exec \"$@\"' _ "
+                               "torchrun ... (workers still get the signal from Slurm)."))
     if "requeue" not in s.directives:
-        out.append(_f("warning", "signal-without-requeue",
-                      f"--signal={sig} without --requeue: a job that checkpoints on the signal cannot be "
-                      "put back in the queue to resume.", "#SBATCH --requeue (and --open-mode=append)."))
+        out.append(Finding("warning", "signal-without-requeue",
+                           f"--signal={sig} without --requeue: a job that checkpoints on the signal cannot be "
+                           "put back in the queue to resume.", "#SBATCH --requeue (and --open-mode=append)."))
     return out
 
 
 def _check_export(s: Script) -> list[Finding]:
     if s.directives.get("export", "").upper() != "NONE":
         return []
-    return [_f("error", "export-none-bare-python",
-               f"line {ln.line}: --export=NONE leaves srun's tasks without PATH, so `{ln.python}` is not "
-               "found (execve(): No such file or directory).",
-               f"use an absolute path (e.g. /path/to/venv/bin/{ln.python}) or srun --export=ALL.")
+    return [Finding("error", "export-none-bare-python",
+                    f"line {ln.line}: --export=NONE leaves srun's tasks without PATH, so `{ln.python}` is not "
+                    "found (execve(): No such file or directory).",
+                    f"use an absolute path (e.g. /path/to/venv/bin/{ln.python}) or srun --export=ALL.")
             for ln in s.launches if "/" not in ln.python and ln.srun_opts.get("export", "").upper() != "ALL"]
 
 
@@ -278,11 +275,11 @@ def _check_batch_rank_vars(s: Script) -> list[Finding]:
     for key, (line, value) in s.exports.items():
         m = _PER_TASK_VARS_RE.search(value)
         if m:
-            out.append(_f("error", "batch-shell-rank",
-                          f"line {line}: {key}={value} is evaluated once in the batch shell, where {m.group(1)} "
-                          "is 0; every rank gets the same value.",
-                          f"remove it: each task sets {key} from its own SLURM_* variables "
-                          "(torchslurm.init() reads them)."))
+            out.append(Finding("error", "batch-shell-rank",
+                               f"line {line}: {key}={value} is evaluated once in the batch shell, where {m.group(1)} "
+                               "is 0; every rank gets the same value.",
+                               f"remove it: each task sets {key} from its own SLURM_* variables "
+                               "(torchslurm.init() reads them)."))
     return out
 
 
@@ -291,7 +288,7 @@ def _check_output_dir(s: Script, path_exists: Callable[[str], bool] | None) -> l
     for key in ("output", "error"):
         parent = str(PurePosixPath(s.directives.get(key, "x")).parent)
         if parent not in (".", "") and "%" not in parent and (path_exists is None or not path_exists(parent)):
-            out.append(_f("warning", "log-dir",
-                          f"--{key}={s.directives[key]}: Slurm does not create {parent}/; if it is missing the "
-                          "job fails before printing anything.", f"mkdir -p {shlex.quote(parent)} before sbatch."))
+            out.append(Finding("warning", "log-dir",
+                               f"--{key}={s.directives[key]}: Slurm does not create {parent}/; if it is missing the "
+                               "job fails before printing anything.", f"mkdir -p {shlex.quote(parent)} before sbatch."))
     return out

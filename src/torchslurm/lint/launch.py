@@ -1,6 +1,6 @@
 """The checks of the lines that start training in an sbatch script: srun, torchrun, python.
 
-Pure, part of `torchslurm lint` (lint.py runs them): how many ranks each launch line starts per
+Pure, part of `torchslurm lint` (checks.py runs them): how many ranks each launch line starts per
 node against the GPUs the `#SBATCH` directives ask for (gpus_per_node, tasks_per_node), a python
 or launcher without srun, one launcher per node, srun's --kill-on-bad-exit, and how the launchers
 of a multi-node step rendezvous (torch/distributed/run.py's rules: --rdzv-endpoint, --standalone,
@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import re
 
-from torchslurm.jobs.findings import Finding, Severity
+from torchslurm.jobs.findings import Finding
+from torchslurm.jobs.sbatch import RDZV_PORT_EXPR
 from torchslurm.lint.parse import Launch, Script
 
 __all__ = ["check_launches", "check_rendezvous", "fixed_master_port", "gpus_per_node", "leading_int",
            "tasks_per_node"]
-
-
-def _f(severity: Severity, code: str, message: str, hint: str) -> Finding:
-    return Finding(severity, code, message, hint)
 
 
 def leading_int(value: str | None) -> int | None:
@@ -60,70 +57,70 @@ def check_launches(s: Script) -> list[Finding]:
     for ln in s.launches:
         where = f"line {ln.line}"
         if ln.launcher == "torch.distributed.launch":
-            out.append(_f("warning", "deprecated-launch",
-                          f"{where}: python -m torch.distributed.launch is deprecated (it passes --local-rank "
-                          "as an argument and is removed in recent torch).",
-                          "use torchrun (python -m torch.distributed.run), or srun with one task per GPU."))
+            out.append(Finding("warning", "deprecated-launch",
+                               f"{where}: python -m torch.distributed.launch is deprecated (it passes --local-rank "
+                               "as an argument and is removed in recent torch).",
+                               "use torchrun (python -m torch.distributed.run), or srun with one task per GPU."))
         if ln.launcher is None and not ln.under_srun and (total > 1 or nodes > 1):
-            out.append(_f("error", "python-without-srun",
-                          f"{where}: `{ln.python} ...` runs once, in the batch shell on the first node, but the "
-                          f"allocation has {total} task(s) on {nodes} node(s).",
-                          f"srun {ln.python} ... (one rank per task), or `torchslurm run`."))
+            out.append(Finding("error", "python-without-srun",
+                               f"{where}: `{ln.python} ...` runs once, in the batch shell on the first node, but the "
+                               f"allocation has {total} task(s) on {nodes} node(s).",
+                               f"srun {ln.python} ... (one rank per task), or `torchslurm run`."))
         if ln.launcher is not None and not ln.under_srun and nodes > 1:
-            out.append(_f("error", "launcher-without-srun",
-                          f"{where}: {ln.launcher} runs only on the first of {nodes} nodes without srun.",
-                          "srun --ntasks-per-node=1 torchrun ... (one launcher per node)."))
+            out.append(Finding("error", "launcher-without-srun",
+                               f"{where}: {ln.launcher} runs only on the first of {nodes} nodes without srun.",
+                               "srun --ntasks-per-node=1 torchrun ... (one launcher per node)."))
         step = ln.srun_opts.get("ntasks-per-node")  # srun's own layout; -n $SLURM_NNODES: lint can't count
         per_node = tasks if step is None and "ntasks" not in ln.srun_opts else leading_int(step) or 1
         if ln.launcher is not None and ln.under_srun and per_node > 1:
-            out.append(_f("error", "launcher-per-task",
-                          f"{where}: srun starts {ln.launcher} in each of the {per_node} tasks per node, and each "
-                          "starts its own workers.",
-                          "#SBATCH --ntasks-per-node=1 for launcher jobs (or srun -n $SLURM_NNODES "
-                          "--ntasks-per-node=1)."))
+            out.append(Finding("error", "launcher-per-task",
+                               f"{where}: srun starts {ln.launcher} in each of the {per_node} tasks per node, and each "
+                               "starts its own workers.",
+                               "#SBATCH --ntasks-per-node=1 for launcher jobs (or srun -n $SLURM_NNODES "
+                               "--ntasks-per-node=1)."))
         if ln.launcher is not None and gpus and ln.nproc_per_node is not None and ln.nproc_per_node != gpus:
-            out.append(_f("error", "nproc-vs-gpus",
-                          f"{where}: --nproc-per-node={ln.nproc_per_node} but {gpus} GPU(s) per node are "
-                          "allocated.", f"--nproc-per-node={gpus}."))
+            out.append(Finding("error", "nproc-vs-gpus",
+                               f"{where}: --nproc-per-node={ln.nproc_per_node} but {gpus} GPU(s) per node are "
+                               "allocated.", f"--nproc-per-node={gpus}."))
         step_tasks = _step_tasks_per_node(ln, nodes)
         if ln.launcher is None and ln.under_srun and gpus and step_tasks is not None and step_tasks != gpus:
             given = " ".join(f"--{k}={ln.srun_opts[k]}" for k in ("ntasks", "ntasks-per-node") if k in ln.srun_opts)
             if step_tasks < gpus:
-                out.append(_f("warning", "srun-tasks-vs-gpus",
-                              f"{where}: srun {given} starts {step_tasks} rank(s) per node, overriding #SBATCH's "
-                              f"{tasks}, and {gpus - step_tasks} of the {gpus} GPU(s) per node stay idle.",
-                              f"srun --ntasks-per-node={gpus} (one rank per GPU), or drop {given} to use the "
-                              "job's layout."))
+                out.append(Finding("warning", "srun-tasks-vs-gpus",
+                                   f"{where}: srun {given} starts {step_tasks} rank(s) per node, overriding #SBATCH's "
+                                   f"{tasks}, and {gpus - step_tasks} of the {gpus} GPU(s) per node stay idle.",
+                                   f"srun --ntasks-per-node={gpus} (one rank per GPU), or drop {given} to use the "
+                                   "job's layout."))
             else:
-                out.append(_f("error", "srun-tasks-vs-gpus",
-                              f"{where}: srun {given} starts {step_tasks} rank(s) per node on {gpus} GPU(s) per "
-                              "node: ranks share a GPU, which NCCL refuses (\"Duplicate GPU detected\").",
-                              f"srun --ntasks-per-node={gpus} (one rank per GPU)."))
+                out.append(Finding("error", "srun-tasks-vs-gpus",
+                                   f"{where}: srun {given} starts {step_tasks} rank(s) per node on {gpus} GPU(s) per "
+                                   "node: ranks share a GPU, which NCCL refuses (\"Duplicate GPU detected\").",
+                                   f"srun --ntasks-per-node={gpus} (one rank per GPU)."))
         elif ln.launcher is None and ln.under_srun and gpus and step_tasks is None and tasks != gpus:
-            out.append(_f("error", "tasks-vs-gpus",
-                          f"{where}: srun runs one rank per task: {tasks} task(s) per node but {gpus} GPU(s) "
-                          "per node.",
-                          f"#SBATCH --ntasks-per-node={gpus}, or one task per node running torchrun."))
+            out.append(Finding("error", "tasks-vs-gpus",
+                               f"{where}: srun runs one rank per task: {tasks} task(s) per node but {gpus} GPU(s) "
+                               "per node.",
+                               f"#SBATCH --ntasks-per-node={gpus}, or one task per node running torchrun."))
         kill = ln.srun_opts.get("kill-on-bad-exit")
         if ln.under_srun and (total > 1 or nodes > 1) and (kill is None or kill.lstrip("=") == "0"):
             who = f"one rank (or one node's {ln.launcher} agent)" if ln.launcher else "one rank"
-            out.append(_f("warning", "no-kill-on-bad-exit",
-                          f"{where}: srun without --kill-on-bad-exit: when {who} dies, the others wait in "
-                          "their collectives until the group timeout (torch's default: 30 min) and the job "
-                          "holds its nodes meanwhile.",
-                          "srun --kill-on-bad-exit=1 ... (unless the cluster sets KillOnBadExit=1)."))
+            out.append(Finding("warning", "no-kill-on-bad-exit",
+                               f"{where}: srun without --kill-on-bad-exit: when {who} dies, the others wait in "
+                               "their collectives until the group timeout (torch's default: 30 min) and the job "
+                               "holds its nodes meanwhile.",
+                               "srun --kill-on-bad-exit=1 ... (unless the cluster sets KillOnBadExit=1)."))
         if ln.rdzv_endpoint and re.search(r":\d+$", ln.rdzv_endpoint):
-            out.append(_f("error", "fixed-port",
-                          f"{where}: --rdzv-endpoint={ln.rdzv_endpoint} uses a fixed port; two jobs on one "
-                          "node then join each other's rendezvous.",
-                          "derive it from the job id: port=$((10000 + SLURM_JOB_ID * 8 % 22768)), or use "
-                          "`torchslurm script --launch torchrun`."))
+            out.append(Finding("error", "fixed-port",
+                               f"{where}: --rdzv-endpoint={ln.rdzv_endpoint} uses a fixed port; two jobs on one "
+                               "node then join each other's rendezvous.",
+                               f"derive it from the job id: port={RDZV_PORT_EXPR}, or use "
+                               "`torchslurm script --launch torchrun`."))
     return out
 
 
 _RDZV_HINT = ("--rdzv-backend=c10d --rdzv-endpoint=\"$head:$port\" --rdzv-id=$SLURM_JOB_ID --nnodes=$SLURM_NNODES, "
               "with head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) and "
-              "port=$((10000 + SLURM_JOB_ID * 8 % 22768)) set before srun (or `torchslurm script --launch torchrun`).")
+              f"port={RDZV_PORT_EXPR} set before srun (or `torchslurm script --launch torchrun`).")
 
 
 def _step_tasks_per_node(ln: Launch, job_nodes: int) -> int | None:
@@ -162,24 +159,24 @@ def check_rendezvous(s: Script) -> list[Finding]:
         endpoint = "rdzv-endpoint" in opts or ("master-addr" in opts and static)
         if multi and "standalone" not in opts and not endpoint:
             # run.py get_rdzv_endpoint: only the static backend falls back to --master-addr (default 127.0.0.1)
-            out.append(_f("error", "torchrun-no-rendezvous",
-                          f"{where}: {ln.launcher} --nnodes={opts.get('nnodes')} without --rdzv-endpoint (or "
-                          "--master-addr): each node's launcher waits for the other nodes on its own localhost "
-                          "(127.0.0.1:29500), and the job hangs until the rendezvous times out.", _RDZV_HINT))
+            out.append(Finding("error", "torchrun-no-rendezvous",
+                               f"{where}: {ln.launcher} --nnodes={opts.get('nnodes')} without --rdzv-endpoint (or "
+                               "--master-addr): each node's launcher waits for the other nodes on its own localhost "
+                               "(127.0.0.1:29500), and the job hangs until the rendezvous times out.", _RDZV_HINT))
         if nodes > 1 and "standalone" in opts:
-            out.append(_f("error", "torchrun-standalone",
-                          f"{where}: {ln.launcher} --standalone on each of the {nodes} nodes of the step: "
-                          "every node runs its own separate training with a rendezvous on localhost, i.e. "
-                          f"{nodes} independent jobs writing the same checkpoints.",
-                          f"replace --standalone with {_RDZV_HINT}"))
+            out.append(Finding("error", "torchrun-standalone",
+                               f"{where}: {ln.launcher} --standalone on each of the {nodes} nodes of the step: "
+                               "every node runs its own separate training with a rendezvous on localhost, i.e. "
+                               f"{nodes} independent jobs writing the same checkpoints.",
+                               f"replace --standalone with {_RDZV_HINT}"))
         elif nodes > 1 and nnodes and not nnodes[0] <= nodes <= nnodes[1]:
             given = f"--nnodes={opts['nnodes']}" if "nnodes" in opts else "no --nnodes (torchrun's default: 1)"
             why = ("every node runs its own separate training" if nnodes[1] == 1 else
                    "the rendezvous " + ("waits for nodes that never come" if nodes < nnodes[0] else
                                         f"takes {nnodes[1]} of them and the others wait"))
-            out.append(_f("error", "torchrun-nnodes",
-                          f"{where}: {ln.launcher} with {given}, but srun starts it on {nodes} nodes: {why}.",
-                          "--nnodes=$SLURM_NNODES (one launcher per node of the step)."))
+            out.append(Finding("error", "torchrun-nnodes",
+                               f"{where}: {ln.launcher} with {given}, but srun starts it on {nodes} nodes: {why}.",
+                               "--nnodes=$SLURM_NNODES (one launcher per node of the step)."))
         out += _check_static_rendezvous(ln, multi)
     return out
 
@@ -200,32 +197,32 @@ def _check_static_rendezvous(ln: Launch, multi: bool) -> list[Finding]:
     rank, source = opts.get("node-rank"), ("--master-addr" if "master-addr" in opts else
                                            "--rdzv-endpoint without --rdzv-backend=c10d")
     if multi and rank is None and ("master-addr" in opts or "rdzv-endpoint" in opts):
-        out.append(_f("error", "torchrun-node-rank",
-                      f"{where}: {ln.launcher} with the static rendezvous ({source}) on several nodes "
-                      "and no --node-rank: every node takes node rank 0 (the default), so all claim the same "
-                      "ranks and the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
+        out.append(Finding("error", "torchrun-node-rank",
+                           f"{where}: {ln.launcher} with the static rendezvous ({source}) on several nodes "
+                           "and no --node-rank: every node takes node rank 0 (the default), so all claim the same "
+                           "ranks and the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
     elif multi and rank is not None and ("$" not in rank or not ln.per_task):
         why = ("is the same on every node" if "$" not in rank else
                "is expanded once, by the batch shell before srun starts, to the same value on every node")
-        out.append(_f("error", "torchrun-node-rank",
-                      f"{where}: {ln.launcher} --node-rank={rank} {why}: all nodes claim the same ranks and "
-                      "the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
+        out.append(Finding("error", "torchrun-node-rank",
+                           f"{where}: {ln.launcher} --node-rank={rank} {why}: all nodes claim the same ranks and "
+                           "the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
     addr = opts.get("master-addr", "")
     if multi and ln.per_task and re.search(r"\$\(\s*hostname|`\s*hostname", addr):
-        out.append(_f("error", "torchrun-master-addr",
-                      f"{where}: {ln.launcher} --master-addr={addr} is expanded by each task, so every node names "
-                      "itself as the master and no node finds the others.",
-                      "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) before "
-                      "srun, and --master-addr=$MASTER_ADDR inside the quotes."))
+        out.append(Finding("error", "torchrun-master-addr",
+                           f"{where}: {ln.launcher} --master-addr={addr} is expanded by each task, so every node names "
+                           "itself as the master and no node finds the others.",
+                           "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) before "
+                           "srun, and --master-addr=$MASTER_ADDR inside the quotes."))
     port = opts.get("master-port", "")
     if port.isdigit():
         out.append(fixed_master_port(f"{where}: {ln.launcher} --master-port={port}",
-                                      "--master-port=$((10000 + SLURM_JOB_ID * 8 % 22768)) (a port per job), "
+                                      f"--master-port={RDZV_PORT_EXPR} (a port per job), "
                                       "or the c10d rendezvous: " + _RDZV_HINT))
     return out
 
 
 def fixed_master_port(what: str, hint: str) -> Finding:
     """A literal master port: two jobs sharing a node collide on it."""
-    return _f("error", "fixed-master-port",
-              f"{what} is fixed; a second job on the same node gets EADDRINUSE or joins this job's store.", hint)
+    return Finding("error", "fixed-master-port",
+                   f"{what} is fixed; a second job on the same node gets EADDRINUSE or joins this job's store.", hint)

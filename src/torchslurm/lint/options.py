@@ -1,7 +1,7 @@
 """The option tables lint reads commands with: sbatch's and srun's (22.05.8), and torchrun's flags.
 
 Data only: which options take no value, every long and short option sbatch knows, and the short
-letters lint reads by their long names. lint_parse.py parses with them (GNU getopt's rules), lint.py
+letters lint reads by their long names. parse.py parses with them (GNU getopt's rules), checks.py
 checks `#SBATCH` options against SBATCH.
 """
 

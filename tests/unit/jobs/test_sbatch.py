@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from torchslurm.errors import ConfigError
-from torchslurm.jobs.sbatch import directives, render, sbatch_quote, sbatch_split
+from torchslurm.jobs.sbatch import RDZV_PORT_EXPR, directives, rank_output, render, sbatch_quote, sbatch_split
 from torchslurm.jobs.spec import JobSpec, load
+from torchslurm.runtime import distenv
 
 GOLDEN = Path(__file__).parents[2] / "fixtures" / "golden"
 SPECS = sorted(GOLDEN.glob("*.yaml"))
@@ -75,14 +76,16 @@ def test_torchrun_mode_one_task_per_node() -> None:
 
 
 def test_rdzv_port_matches_runtime_formula() -> None:
-    """The script's bash arithmetic gives the runtime's derived port for step slot 0."""
-    distenv = pytest.importorskip("torchslurm.runtime.distenv")
+    """The script's bash arithmetic gives the runtime's derived port for step slot 0, for job ids
+    small and large (past the port span, past 2**31), as bash computes it on the node."""
     line = next(x for x in render(JobSpec(script="t.py", launch="torchrun")).splitlines()
                 if x.startswith("port="))
-    for job_id in ("7", "4242", "999999"):
-        out = subprocess.run(["bash", "-c", f"SLURM_JOB_ID={job_id}; {line}; echo $port"],
-                             capture_output=True, text=True, check=True).stdout
-        assert int(out) == distenv.derived_port(job_id, "0")
+    assert line == f"port={RDZV_PORT_EXPR}"
+    job_ids = ("1", "7", "2846", "4242", "22768", "999999", "4294967295")
+    script = "; ".join(f"SLURM_JOB_ID={job_id}; {line}; echo $port" for job_id in job_ids)
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert [int(port) for port in out] == [distenv.derived_port(job_id, "0") for job_id in job_ids]
+    assert all(distenv.PORT_BASE <= int(port) < distenv.PORT_BASE + distenv.PORT_SPAN for port in out)
 
 
 def test_preemptible_directives() -> None:
@@ -118,3 +121,12 @@ def test_torchrun_agents_restart_workers_when_asked() -> None:
 def test_max_restarts_needs_torchrun() -> None:
     with pytest.raises(ConfigError, match=r"max_restarts=2 with launch='srun': only torchrun.*HINT"):
         JobSpec(script="train.py", max_restarts=2)
+
+
+@pytest.mark.parametrize(("output", "per_rank"), [("%x-%j.out", "%x-%j-rank%t.out"),
+                                                 ("logs/run.log", "logs/run.log-rank%t.out"),
+                                                 ("/abs/a.out.out", "/abs/a.out-rank%t.out")])
+def test_per_rank_output_pattern(output: str, per_rank: str) -> None:
+    assert rank_output(output) == per_rank
+    spec = JobSpec(script="t.py", output=output, per_rank_output=True)
+    assert f"srun --kill-on-bad-exit=1 --output={per_rank} python t.py" in render(spec)
