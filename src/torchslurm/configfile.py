@@ -42,18 +42,18 @@ def read_mapping(path: Path, label: str, valid_keys: Iterable[str]) -> dict[str,
     try:
         text = Path(path).read_text()
     except OSError as exc:
-        raise ConfigError(f"cannot read {label}: {exc.strerror}. HINT: check the path.") from exc
+        raise ConfigError(f"cannot read {label}: {exc.strerror}.", "check the path.") from exc
     suffix = Path(path).suffix
     try:
         raw = tomllib.loads(text) if suffix == ".toml" else load_yaml(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{label} is not valid {suffix[1:] or 'YAML'}: {exc}. "
-                          "HINT: fix the syntax at the position shown.") from exc
+        raise ConfigError(f"{label} is not valid {suffix[1:] or 'YAML'}: {exc}.",
+                          "fix the syntax at the position shown.") from exc
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{label} holds a {type(raw).__name__}, expected a mapping. "
-                          f"HINT: write `key: value` lines; valid keys: {', '.join(valid_keys)}.")
+        raise ConfigError(f"{label} holds a {type(raw).__name__}, expected a mapping.",
+                          f"write `key: value` lines; valid keys: {', '.join(valid_keys)}.")
     return {str(k).replace("-", "_"): v for k, v in raw.items()}
 
 
@@ -61,5 +61,5 @@ def unknown_keys_error(source: str, unknown: Sequence[str], valid: Sequence[str]
     """The error for keys a spec or config does not have, with the closest valid key for each typo."""
     guesses = [f"{key} -> {close[0]}" for key in unknown if (close := difflib.get_close_matches(key, valid, n=1))]
     did_you_mean = f"did you mean {', '.join(guesses)}? " if guesses else ""
-    return ConfigError(f"unknown key(s) in {source}: {', '.join(unknown)}. "
-                       f"HINT: {did_you_mean}valid keys are {', '.join(valid)}.")
+    return ConfigError(f"unknown key(s) in {source}: {', '.join(unknown)}.",
+                       f"{did_you_mean}valid keys are {', '.join(valid)}.")

@@ -32,7 +32,7 @@ def check_signal(text: str) -> str:
         return name
     if name.isdigit() and 1 <= int(name) <= 64:
         return str(int(name))
-    raise ConfigError(f"--signal={text!r} is not a signal scancel knows. HINT: use one of "
+    raise ConfigError(f"--signal={text!r} is not a signal scancel knows.", "use one of "
                       f"{', '.join(SCANCEL_SIGNALS)} (SIG prefix optional) or a signal number; a preemptible "
                       "job checkpoints and stops on its spec's signal (USR2 by default).")
 

@@ -42,11 +42,11 @@ def read_script(path: Path | None) -> str:
         hint = {errno.EISDIR: f"pass the script files in it, e.g. torchslurm lint {shown}/*.sbatch",
                 errno.EACCES: f"check its permissions: ls -l {shown}"}.get(
             exc.errno or 0, f"check the path (a relative path starts at {_shown(Path.cwd())})")
-        raise ConfigError(f"cannot read {shown}: {exc.strerror}. HINT: {hint}.") from exc
+        raise ConfigError(f"cannot read {shown}: {exc.strerror}.", f"{hint}.") from exc
     nul = data.find(b"\0")
     if nul >= 0:  # the Slurm controller refuses such scripts too
-        raise ConfigError(f"{shown} is not a text file (a NUL byte at offset {nul}). "
-                          "HINT: pass the sbatch script itself, e.g. torchslurm lint job.sbatch.")
+        raise ConfigError(f"{shown} is not a text file (a NUL byte at offset {nul}).",
+                          "pass the sbatch script itself, e.g. torchslurm lint job.sbatch.")
     # bash and sbatch take any other bytes (a Latin-1 comment, say): lint the script, those shown as U+FFFD
     return data.decode("utf-8", errors="replace")
 
