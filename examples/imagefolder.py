@@ -13,20 +13,20 @@ import importlib.util
 import logging
 import sys
 
+from torchslurm.cli.train import add_arguments, from_arguments
 from torchslurm.errors import TorchSlurmError
-from torchslurm.train import config
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    config.add_arguments(parser)
+    add_arguments(parser)
     args = parser.parse_intermixed_args()
     if importlib.util.find_spec("torchvision") is None:
         print("error: examples/imagefolder.py needs torchvision, which is not installed. "
               "HINT: pip install torchvision (the build matching your torch).", file=sys.stderr)
         return 2
     defaults = {"dataset": "imagefolder", "model": "resnet18", "batch_size": 32, "run_dir": "runs/imagefolder"}
-    example, cfg = config.from_arguments(args, defaults)
+    example, cfg = from_arguments(args, defaults)
     assert example.data_dir is not None  # ExampleConfig requires it for dataset=imagefolder
     import torch
 

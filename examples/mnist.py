@@ -19,17 +19,18 @@ import sys
 import torch
 
 import torchslurm
+from torchslurm.cli.train import add_arguments, from_arguments
 from torchslurm.errors import TorchSlurmError
-from torchslurm.train import config, data
+from torchslurm.train import data
 from torchslurm.train.models import SimpleConvNet
 from torchslurm.train.trainer import Trainer, seed_everything
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    config.add_arguments(parser)
+    add_arguments(parser)
     defaults = {"dataset": "mnist", "data_dir": "data", "run_dir": "runs/mnist"}
-    example, cfg = config.from_arguments(parser.parse_intermixed_args(), defaults)
+    example, cfg = from_arguments(parser.parse_intermixed_args(), defaults)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with torchslurm.init() as ctx:
         train, val = data.load(example.dataset, example.data_dir, example.val_fraction)

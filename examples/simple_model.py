@@ -15,17 +15,18 @@ import sys
 import torch
 
 import torchslurm
+from torchslurm.cli.train import add_arguments, from_arguments
 from torchslurm.errors import TorchSlurmError
-from torchslurm.train import config, data
+from torchslurm.train import data
 from torchslurm.train.models import SimpleModel
 from torchslurm.train.trainer import Trainer, seed_everything
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    config.add_arguments(parser)
+    add_arguments(parser)
     defaults = {"dataset": "synthetic", "epochs": 5, "batch_size": 64, "lr": 0.05, "run_dir": "runs/simple_model"}
-    _, cfg = config.from_arguments(parser.parse_intermixed_args(), defaults)
+    _, cfg = from_arguments(parser.parse_intermixed_args(), defaults)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with torchslurm.init() as ctx:
         train, val = data.synthetic(num_samples=4096, shape=(10,), num_classes=2, seed=0)

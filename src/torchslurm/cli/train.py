@@ -2,7 +2,7 @@
 
 The command validates the configuration (no torch needed), then starts the ranks the way
 `torchslurm run` does — N local ranks here, srun across an allocation in a batch shell, or this
-process as one rank under srun/torchrun — each rank running this file as its program.
+process as one rank under srun/torchrun — each rank running `python -m torchslurm.cli.train`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,21 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchslurm.train.config import ExampleConfig, TrainConfig
 
 logger = logging.getLogger(__name__)
 
 # The demo: SimpleConvNet on the bundled digits, a few quick epochs (≥ 90 % validation accuracy).
 DEFAULTS: dict[str, Any] = {"epochs": 4, "batch_size": 32, "lr": 0.05, "run_dir": "runs/demo", "log_every": 10}
+RANK_MODULE = "torchslurm.cli.train"
+"""What each rank runs (`python -m`): this module, whose `__main__` block is `rank_main`."""
+FLAGS = ("epochs", "batch_size", "lr", "data_dir", "run_dir")
+"""The settings that also have a --flag (the classic training script's flags)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,24 +38,46 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--nproc", type=int, default=None, metavar="N",
                         help="ranks on this machine (per node inside an allocation); default 2 on CPU")
     parser.add_argument("--dry-run", action="store_true", help="print the settings and the launch, then exit")
-    from torchslurm.train import config
-
-    config.add_arguments(parser)
+    add_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The classic training script's flags (--epochs --batch-size --lr --data-dir --checkpoint-dir),
+    --config and key=value: the same for the command and for each rank."""
+    from torchslurm.train.config import valid_keys
+
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+                        help="YAML or TOML file of key: value settings")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None, help="per rank")
+    parser.add_argument("--lr", type=float, default=None, help="learning rate (before lr_scaling)")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--run-dir", "--checkpoint-dir", dest="run_dir", type=Path, default=None,
+                        help="checkpoints, metrics.jsonl and curves.png go here")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help=f"any other setting; keys: {', '.join(valid_keys())}")
+
+
+def from_arguments(args: argparse.Namespace, defaults: Mapping[str, Any] = DEFAULTS
+                   ) -> tuple[ExampleConfig, TrainConfig]:
+    """The configs from `add_arguments`' flags, the --config file and key=value overrides, over
+    `defaults` (the demo's, unless a script of your own passes its own)."""
+    from torchslurm.train import config
+
+    return config.load(args.config, args.overrides, defaults, {name: getattr(args, name) for name in FLAGS})
+
+
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.cli.run import _cuda_device_count
     from torchslurm.runtime import launch
     from torchslurm.train import config
 
-    example, cfg = config.from_arguments(args, DEFAULTS)  # fail here, not in N ranks
-    cuda_devices = _cuda_device_count()
+    example, cfg = from_arguments(args)  # fail here, not in N ranks
+    cuda_devices = launch.cuda_device_count()
     config.preflight(example, cfg, cuda_devices)  # paths and amp=fp16 too, before the ranks' start-up
-    flags = [f"{k}={getattr(args, k)}" for k in ("epochs", "batch_size", "lr", "data_dir", "run_dir")
-             if getattr(args, k) is not None]
+    flags = [f"{k}={getattr(args, k)}" for k in FLAGS if getattr(args, k) is not None]
     rank_args = [*(["--config", str(args.config)] if args.config else []), *flags, *args.overrides]
-    plan = launch.plan(os.environ, __file__, rank_args, args.nproc, sys.executable, cuda_devices)
+    plan = launch.plan(os.environ, RANK_MODULE, rank_args, args.nproc, sys.executable, cuda_devices, module=True)
     if args.dry_run:
         print(f"dataset={example.dataset} model={example.resolved_model} epochs={cfg.epochs} "
               f"batch_size={cfg.batch_size} lr={cfg.lr} run_dir={cfg.run_dir} resume={cfg.resume}")
@@ -60,7 +89,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 class _RankFormatter(logging.Formatter):
-    """Rank 0's INFO lines bare (the seed-style output); warnings and errors say which rank."""
+    """Rank 0's INFO lines bare (the classic script's output); warnings and errors say which rank."""
 
     def __init__(self, rank: int) -> None:
         super().__init__()
@@ -86,14 +115,16 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
 
     import torchslurm
     from torchslurm.errors import ConfigError, TorchSlurmError
+    from torchslurm.jobs.slurm import run_command_status
     from torchslurm.train import config, data, models
+    from torchslurm.train.preemption import preemption_config
     from torchslurm.train.trainer import Trainer, seed_everything
 
     parser = argparse.ArgumentParser(prog="torchslurm train (rank)")
-    config.add_arguments(parser)
+    add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        example, cfg = config.from_arguments(args, DEFAULTS)
+        example, cfg = from_arguments(args)
         with torchslurm.init() as ctx:
             _setup_rank_logging(ctx.rank)
             ConfigError.raise_any([config.device_problem(cfg, ctx.device.type)])  # before loading the data
@@ -103,8 +134,11 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
             optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=example.momentum)
             # The Trainer's own preemption and watchdog: a warning signal, SIGTERM or the job's
             # deadline stops every rank after the same step (checkpoint, requeue, exit 75); a dead
-            # peer ends every rank with one message naming it.
-            result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx).fit()
+            # peer ends every rank with one message naming it. Rank 0 alone asks Slurm for the
+            # deadline: the ranks' agreement spreads its decision.
+            stop = preemption_config(os.environ, run_command_status if ctx.is_main else None)
+            result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx,
+                             preemption=stop, environ=os.environ).fit()
             if result.stopped_early:
                 return result.exit_code
             if ctx.is_main:
@@ -123,6 +157,5 @@ def _print_outputs(run_dir: Path, last_checkpoint: Path | None) -> None:
     print(f"To go on: torchslurm train run_dir={run_dir} epochs=N continues from the newest checkpoint.")
 
 
-if __name__ == "__main__":  # a rank started by `torchslurm train` through the `torchslurm run` machinery
-    sys.path.pop(0)  # this file's folder: its sibling modules must not shadow top-level imports
+if __name__ == "__main__":  # a rank: `python -m torchslurm.cli.train`, started by `torchslurm train`
     sys.exit(rank_main())

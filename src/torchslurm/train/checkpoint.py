@@ -122,36 +122,38 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
     if not state_file.is_file():
         raise CheckpointError(
             f"checkpoint {path}: no {STATE_FILE} in {folder}. Expected a step-N directory written by "
-            "torchslurm. HINT: pass resume=<run_dir>/checkpoints/step-NNNNNNNNN, or resume=auto."
+            "torchslurm.",
+            "pass resume=<run_dir>/checkpoints/step-NNNNNNNNN, or resume=auto."
         )
     if not marker_file.is_file():
         raise CheckpointError(
-            f"checkpoint {folder} has no {MARKER} marker: its writer did not finish. "
-            "HINT: resume from an older step-N directory, or use resume=auto to pick the newest complete one."
+            f"checkpoint {folder} has no {MARKER} marker: its writer did not finish.",
+            "resume from an older step-N directory, or use resume=auto to pick the newest complete one."
         )
     try:
         expected = json.loads(marker_file.read_text())["sha256"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint {folder}: unreadable {MARKER} marker ({exc}). "
-                              "HINT: delete this directory; resume=auto then uses the previous one.") from exc
+        raise CheckpointError(f"checkpoint {folder}: unreadable {MARKER} marker ({exc}).",
+                              "delete this directory; resume=auto then uses the previous one.") from exc
     actual = _sha256(state_file)
     if actual != expected:
         raise CheckpointError(
             f"checkpoint {state_file} has sha256 {actual[:12]}…, but its marker says {expected[:12]}…: "
-            "the file is corrupt or truncated. HINT: delete this directory; resume=auto then uses the "
+            "the file is corrupt or truncated.",
+            "delete this directory; resume=auto then uses the "
             "previous complete checkpoint."
         )
     try:
         state = torch.load(state_file, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises many types (pickle, zip, RuntimeError) for bad files
         raise CheckpointError(
-            f"checkpoint {state_file} could not be loaded with weights_only=True: {_reason(exc)}. "
-            "HINT: store only tensors and plain Python types; a corrupt file: delete this directory, "
+            f"checkpoint {state_file} could not be loaded with weights_only=True: {_reason(exc)}.",
+            "store only tensors and plain Python types; a corrupt file: delete this directory, "
             "resume=auto then uses the previous one."
         ) from exc
     if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint {state_file} holds a {type(state).__name__}, expected a dict. "
-                              "HINT: it was not written by torchslurm; pass a torchslurm step-N directory.")
+        raise CheckpointError(f"checkpoint {state_file} holds a {type(state).__name__}, expected a dict.",
+                              "it was not written by torchslurm; pass a torchslurm step-N directory.")
     return state
 
 
@@ -166,8 +168,8 @@ def load_latest(root: Path, map_location: str | torch.device = "cpu") -> tuple[P
             logger.warning("skipping corrupt checkpoint %s: %s", path, exc)
     if candidates:
         raise CheckpointError(
-            f"all {len(candidates)} checkpoints in {root} are corrupt (see the warnings above). "
-            f"HINT: delete {root} to start afresh, or set resume=never."
+            f"all {len(candidates)} checkpoints in {root} are corrupt (see the warnings above).",
+            f"delete {root} to start afresh, or set resume=never."
         )
     return None
 

@@ -7,7 +7,6 @@ key is spelled exactly like the dataclass field.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -18,7 +17,7 @@ from typing import Any
 import yaml
 
 from torchslurm.configfile import read_mapping, unknown_keys_error
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, below_minimum, not_one_of
 
 LR_SCALINGS = ("none", "linear", "sqrt")
 AMP_MODES = ("off", "bf16", "fp16")
@@ -64,36 +63,35 @@ class TrainConfig:
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
         object.__setattr__(self, "run_dir", Path(self.run_dir))
-        problems = [
-            *(_require(name, getattr(self, name), getattr(self, name) >= 1, "at least 1", f"{name}=1")
-              for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last")),
-            *(_require(name, getattr(self, name), getattr(self, name) >= 0, "0 or more", f"{name}=0")
+        ConfigError.raise_any([
+            *(_at_least(self, name, 1) for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last")),
+            *(_at_least(self, name, 0)
               for name in ("num_workers", "checkpoint_every_epochs", "checkpoint_every_steps", "log_every")),
             _require("lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "a positive number", "lr=0.01"),
-            _require("grad_clip", self.grad_clip, self.grad_clip >= 0, "0 (off) or a positive norm",
-                     "grad_clip=1.0"),
+            _at_least(self, "grad_clip", 0, "grad_clip=0 turns clipping off; e.g. grad_clip=1.0 clips the norm."),
             _choice("lr_scaling", self.lr_scaling, LR_SCALINGS),
             _choice("amp", self.amp, AMP_MODES),
-            None if self.resume else ("resume='' is empty; expected auto, never or a checkpoint directory. "
-                                      "HINT: resume=auto continues from the newest checkpoint in run_dir."),
-        ]
-        ConfigError.raise_any(problems)
+            None if self.resume else ConfigError(
+                "resume='' is empty; expected auto, never or a checkpoint directory.",
+                "resume=auto continues from the newest checkpoint in run_dir."),
+        ])
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (for checkpoints and logs)."""
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
 
 
-def _require(name: str, value: object, ok: bool, expected: str, example: str) -> str | None:
-    return None if ok else f"{name}={value!r}, expected {expected}. HINT: e.g. {example}."
+def _require(name: str, value: object, ok: bool, expected: str, example: str) -> ConfigError | None:
+    return None if ok else ConfigError(f"{name}={value!r}, expected {expected}.", f"e.g. {example}.")
 
 
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> str | None:
-    if value in choices:
-        return None
-    return f"{name}={value!r} is not one of {' | '.join(choices)}. HINT: {name}={choices[0]}."
+def _at_least(config: TrainConfig, name: str, minimum: int, hint: str | None = None) -> ConfigError | None:
+    value = getattr(config, name)
+    return None if value >= minimum else below_minimum(name, value, minimum, hint)
 
 
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> ConfigError | None:
+    return None if value in choices else not_one_of(name, value, choices)
 
 
 DATASETS = ("digits", "mnist", "synthetic", "imagefolder")
@@ -126,8 +124,9 @@ class ExampleConfig:
             _require("momentum", self.momentum, 0 <= self.momentum < 1, "a number in [0, 1)", "momentum=0.9"),
             _require("val_fraction", self.val_fraction, 0 < self.val_fraction < 1, "a fraction in (0, 1)",
                      "val_fraction=0.2"),
-            (f"dataset={self.dataset} needs data_dir, which is not set. HINT: add data_dir=/path/to/"
-             f"{self.dataset} (a directory every rank can read).") if needs_dir else None,
+            ConfigError(f"dataset={self.dataset} needs data_dir, which is not set.",
+                        f"add data_dir=/path/to/{self.dataset} (a directory every rank can read).")
+            if needs_dir else None,
         ])
 
     @property
@@ -137,7 +136,7 @@ class ExampleConfig:
         return {"synthetic": "simple", "imagefolder": "resnet18"}.get(self.dataset, "convnet")
 
 
-def _type_problems(config: TrainConfig | ExampleConfig) -> Iterator[ConfigError | str]:
+def _type_problems(config: TrainConfig | ExampleConfig) -> Iterator[ConfigError]:
     """A value of the wrong type, per field (the CLI's values are coerced already; the Python API's may not be)."""
     for name, kind in _field_types(type(config)).items():
         try:
@@ -166,8 +165,7 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
         example = {"int": "3", "float": "0.01", "bool": "true", "str": "auto", "Path": "runs/demo"}[base]
         wanted = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "text",
                   "Path": "a path"}[base]
-        raise ConfigError(f"{name}={value!r} in {source}: expected {wanted}. "
-                          f"HINT: e.g. {name}={example}.")
+        raise ConfigError(f"{name}={value!r} in {source}: expected {wanted}.", f"e.g. {name}={example}.")
     return {"int": int, "float": float, "bool": bool, "str": str, "Path": Path}[base](value)
 
 
@@ -187,52 +185,52 @@ def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> No
     ])
 
 
-def device_problem(cfg: TrainConfig, device_type: str) -> str | None:
+def device_problem(cfg: TrainConfig, device_type: str) -> ConfigError | None:
     """amp=fp16 needs CUDA (its GradScaler); None when the setting fits the device."""
     if cfg.amp != "fp16" or device_type == "cuda":
         return None
-    return (f"amp=fp16 needs CUDA, but the ranks would run on {device_type} (no GPU visible here). "
-            "HINT: use amp=bf16 on CPU, or amp=off; or run it on a GPU node.")
+    return ConfigError(f"amp=fp16 needs CUDA, but the ranks would run on {device_type} (no GPU visible here).",
+                       "use amp=bf16 on CPU, or amp=off; or run it on a GPU node.")
 
 
-def _resume_problem(resume: str, run_dir: Path) -> str | None:
+def _resume_problem(resume: str, run_dir: Path) -> ConfigError | None:
     if resume in ("auto", "never"):
         return None
     path = Path(resume)
     folder = path.parent if path.name == _CHECKPOINT_FILES[0] else path
-    hint = (f"HINT: resume=auto continues from the newest checkpoint in run_dir (resume=never starts afresh), "
+    hint = (f"resume=auto continues from the newest checkpoint in run_dir (resume=never starts afresh), "
             f"or name one: resume={run_dir / 'checkpoints' / 'step-000000100'}.")
     if not folder.is_dir():
         seen = "is a file, not a folder" if folder.exists() else "no such folder"
-        return (f"resume={resume!r}: {seen}; expected auto, never or a checkpoint folder (a step-N directory "
-                f"written by torchslurm). {hint}")
+        return ConfigError(f"resume={resume!r}: {seen}; expected auto, never or a checkpoint folder (a step-N "
+                           "directory written by torchslurm).", hint)
     missing = [name for name in _CHECKPOINT_FILES if not (folder / name).is_file()]
     if missing:
-        return (f"resume={resume!r}: {folder} has no {' or '.join(missing)}, so it is not a complete torchslurm "
-                f"checkpoint; expected auto, never or a step-N directory. {hint}")
+        return ConfigError(f"resume={resume!r}: {folder} has no {' or '.join(missing)}, so it is not a complete "
+                           "torchslurm checkpoint; expected auto, never or a step-N directory.", hint)
     return None
 
 
-def _run_dir_problem(run_dir: Path) -> str | None:
+def _run_dir_problem(run_dir: Path) -> ConfigError | None:
     """run_dir must be (or become) a writable directory: its nearest existing part must be a directory."""
     existing = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("."))
-    hint = "HINT: point run_dir at a directory (it is created if missing), e.g. run_dir=runs/demo."
     if not existing.is_dir():
         what = "is an existing file" if existing == run_dir else f"is inside {existing}, which is a file"
-        return f"run_dir={run_dir} {what}; expected a directory for checkpoints/ and metrics.jsonl. {hint}"
+        return ConfigError(f"run_dir={run_dir} {what}; expected a directory for checkpoints/ and metrics.jsonl.",
+                           "point run_dir at a directory (it is created if missing), e.g. run_dir=runs/demo.")
     if not os.access(existing, os.W_OK | os.X_OK):
         what = "is not writable" if existing == run_dir else f"cannot be created: {existing} is not writable"
-        return (f"run_dir={run_dir} {what}; checkpoints/ and metrics.jsonl are written there. HINT: choose a "
-                "directory you can write to, e.g. run_dir=$HOME/runs/demo.")
+        return ConfigError(f"run_dir={run_dir} {what}; checkpoints/ and metrics.jsonl are written there.",
+                           "choose a directory you can write to, e.g. run_dir=$HOME/runs/demo.")
     return None
 
 
-def _data_dir_problem(example: ExampleConfig) -> str | None:
+def _data_dir_problem(example: ExampleConfig) -> ConfigError | None:
     if example.dataset not in ("mnist", "imagefolder") or example.data_dir is None or example.data_dir.is_dir():
         return None
     seen = "is not a directory" if example.data_dir.exists() else "does not exist"
-    return (f"data_dir={example.data_dir} {seen}; dataset={example.dataset} reads its files from a directory "
-            f"every rank can read. HINT: set data_dir=/path/to/{example.dataset}.")
+    return ConfigError(f"data_dir={example.data_dir} {seen}; dataset={example.dataset} reads its files from a "
+                       "directory every rank can read.", f"set data_dir=/path/to/{example.dataset}.")
 
 
 def read_file(path: Path) -> dict[str, Any]:
@@ -246,7 +244,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"{item!r} is not key=value. HINT: e.g. epochs=3 (keys: {', '.join(valid_keys())}).")
+            raise ConfigError(f"{item!r} is not key=value.", f"e.g. epochs=3 (keys: {', '.join(valid_keys())}).")
         name = key.strip().replace("-", "_")
         kind = {**_field_types(ExampleConfig), **_field_types(TrainConfig)}.get(name, "")
         if kind.startswith(("str", "Path")) and text not in ("null", "~"):
@@ -269,7 +267,7 @@ def build(values: Mapping[str, Any], source: str = "key=value") -> tuple[Example
     if unknown:
         raise unknown_keys_error(source, unknown, valid_keys())
     parts: list[dict[str, Any]] = [{}, {}]
-    problems: list[ConfigError | str] = []
+    problems: list[ConfigError] = []
     for i, cls in enumerate((ExampleConfig, TrainConfig)):
         for name, kind in _field_types(cls).items():
             if name in values:
@@ -299,23 +297,3 @@ def load(path: Path | None = None, overrides: Sequence[str] = (), defaults: Mapp
     where = f"--config {path} / key=value" if path else "key=value"
     return build(values, where)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Seed 002's flags (--epochs --batch-size --lr --data-dir --checkpoint-dir), --config and key=value."""
-    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
-                        help="YAML or TOML file of key: value settings")
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None, help="per rank")
-    parser.add_argument("--lr", type=float, default=None, help="learning rate (before lr_scaling)")
-    parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--run-dir", "--checkpoint-dir", dest="run_dir", type=Path, default=None,
-                        help="checkpoints, metrics.jsonl and curves.png go here")
-    parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help=f"any other setting; keys: {', '.join(valid_keys())}")
-
-
-def from_arguments(args: argparse.Namespace, defaults: Mapping[str, Any] | None = None
-                   ) -> tuple[ExampleConfig, TrainConfig]:
-    """The configs from `add_arguments`' flags, the --config file and key=value overrides."""
-    flags = {name: getattr(args, name) for name in ("epochs", "batch_size", "lr", "data_dir", "run_dir")}
-    return load(args.config, args.overrides, defaults, flags)

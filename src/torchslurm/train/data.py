@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler, TensorDataset
 
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, not_one_of
 from torchslurm.train.config import DATASETS
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,8 @@ def synthetic(num_samples: int = 4096, shape: Sequence[int] = (10,), num_classes
     if num_samples < 2 or num_classes < 2 or any(int(d) < 1 for d in shape):
         raise ConfigError(
             f"synthetic data with num_samples={num_samples}, shape={tuple(shape)}, "
-            f"num_classes={num_classes}: expected num_samples >= 2, num_classes >= 2, positive sizes. "
-            "HINT: e.g. synthetic(num_samples=4096, shape=(10,), num_classes=2)."
+            f"num_classes={num_classes}: expected num_samples >= 2, num_classes >= 2, positive sizes.",
+            "e.g. synthetic(num_samples=4096, shape=(10,), num_classes=2)."
         )
     rng = np.random.default_rng(seed)
     inputs = rng.standard_normal((num_samples, *shape), dtype=np.float32)
@@ -63,8 +63,8 @@ def synthetic(num_samples: int = 4096, shape: Sequence[int] = (10,), num_classes
 def _split(inputs: np.ndarray, labels: np.ndarray, val_fraction: float, seed: int) -> Split:
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(
-            f"val_fraction={val_fraction}, expected a fraction strictly between 0 and 1. "
-            "HINT: val_fraction=0.2 keeps a fifth of the data for validation."
+            f"val_fraction={val_fraction}, expected a fraction strictly between 0 and 1.",
+            "val_fraction=0.2 keeps a fifth of the data for validation."
         )
     order = np.random.default_rng(seed).permutation(len(inputs))
     n_val = max(1, round(len(inputs) * val_fraction))
@@ -80,16 +80,16 @@ def read_idx(path: Path) -> np.ndarray:
         raw = f.read()
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise ConfigError(
-            f"{path} is not an IDX file (header {raw[:4].hex() or 'empty'}); expected 00 00 <type> <ndim>. "
-            "HINT: use the original MNIST files (train-images-idx3-ubyte[.gz], ...), not a converted copy."
+            f"{path} is not an IDX file (header {raw[:4].hex() or 'empty'}); expected 00 00 <type> <ndim>.",
+            "use the original MNIST files (train-images-idx3-ubyte[.gz], ...), not a converted copy."
         )
     dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
     dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     expected = 4 + 4 * ndim + int(np.prod(dims)) * dtype.itemsize
     if len(raw) != expected:
         raise ConfigError(
-            f"{path} holds {len(raw)} bytes but its header declares shape {dims} ({expected} bytes). "
-            "HINT: the file is truncated; download it again."
+            f"{path} holds {len(raw)} bytes but its header declares shape {dims} ({expected} bytes).",
+            "the file is truncated; download it again."
         )
     return np.frombuffer(raw, dtype=dtype, offset=4 + 4 * ndim).reshape(dims)
 
@@ -100,7 +100,8 @@ def write_idx(path: Path, array: np.ndarray) -> None:
     code = {"u1": 0x08, "i1": 0x09, "i2": 0x0B, "i4": 0x0C, "f4": 0x0D, "f8": 0x0E}.get(kind)
     if code is None:
         raise ConfigError(f"write_idx got dtype {array.dtype}; expected one of uint8, int8, int16, "
-                          "int32, float32, float64. HINT: convert with array.astype(np.uint8).")
+                          "int32, float32, float64.",
+                          "convert with array.astype(np.uint8).")
     dtype = np.dtype(f">{kind}")  # IDX is big-endian
     header = bytes([0, 0, code, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
     payload = header + np.ascontiguousarray(array, dtype=dtype).tobytes()
@@ -120,8 +121,8 @@ def _find_mnist(data_dir: Path) -> dict[str, Path]:
     if missing:
         raise ConfigError(
             f"data_dir={data_dir}: MNIST files missing: {', '.join(missing)}. Expected the four IDX files "
-            f"{', '.join(MNIST_FILES)} (each optionally .gz) in {data_dir} or {data_dir / 'MNIST' / 'raw'}. "
-            f"HINT: copy them there (torchvision's datasets.MNIST(root='{data_dir}', download=True) on a "
+            f"{', '.join(MNIST_FILES)} (each optionally .gz) in {data_dir} or {data_dir / 'MNIST' / 'raw'}.",
+            f"copy them there (torchvision's datasets.MNIST(root='{data_dir}', download=True) on a "
             "machine with network writes them), or use dataset=digits, which needs no files."
         )
     return found
@@ -137,7 +138,8 @@ def mnist(data_dir: Path) -> Split:
         if images.ndim != 3 or len(images) != len(labels):
             raise ConfigError(
                 f"{files[f'{prefix}-images-idx3-ubyte']} has shape {images.shape} and its labels "
-                f"{labels.shape}; expected (N, H, W) images and N labels. HINT: re-download the files."
+                f"{labels.shape}; expected (N, H, W) images and N labels.",
+                "re-download the files."
             )
         x = torch.from_numpy((images[:, None, :, :] - 0.1307) / 0.3081)
         return TensorDataset(x, torch.from_numpy(labels))
@@ -149,8 +151,8 @@ def image_folder(root: Path, image_size: int = 224) -> Split:
     """`root/train/<class>/*.jpg` and `root/val/<class>/*.jpg` via torchvision's ImageFolder."""
     if importlib.util.find_spec("torchvision") is None:
         raise ConfigError(
-            "dataset=imagefolder needs torchvision, which is not installed. "
-            "HINT: pip install torchvision (the build matching your torch), or use dataset=digits."
+            "dataset=imagefolder needs torchvision, which is not installed.",
+            "pip install torchvision (the build matching your torch), or use dataset=digits."
         )
     from torchvision import datasets, transforms
 
@@ -158,8 +160,8 @@ def image_folder(root: Path, image_size: int = 224) -> Split:
     if missing:
         raise ConfigError(
             f"data_dir={root}: missing {', '.join(missing)}; "
-            "expected data_dir/train/<class>/ and data_dir/val/<class>/. "
-            "HINT: arrange the images as data_dir/train/<class>/img.jpg and data_dir/val/<class>/img.jpg."
+            "expected data_dir/train/<class>/ and data_dir/val/<class>/.",
+            "arrange the images as data_dir/train/<class>/img.jpg and data_dir/val/<class>/img.jpg."
         )
     tf = transforms.Compose([transforms.Resize(image_size), transforms.CenterCrop(image_size),
                              transforms.ToTensor()])
@@ -175,11 +177,10 @@ def load(name: str, data_dir: Path | None = None, val_fraction: float = 0.2, see
         return synthetic(val_fraction=val_fraction, seed=seed)
     if name in ("mnist", "imagefolder"):
         if data_dir is None:
-            raise ConfigError(f"dataset={name} needs data_dir, which is not set. "
-                              f"HINT: add data_dir=/path/to/{name} (a directory every rank can read).")
+            raise ConfigError(f"dataset={name} needs data_dir, which is not set.",
+                              f"add data_dir=/path/to/{name} (a directory every rank can read).")
         return mnist(data_dir) if name == "mnist" else image_folder(data_dir)
-    raise ConfigError(f"dataset={name!r} is not known; valid: {', '.join(DATASETS)}. "
-                      "HINT: dataset=digits needs no download.")
+    raise not_one_of("dataset", name, DATASETS, hint="dataset=digits needs no download.")
 
 
 def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:
@@ -189,8 +190,8 @@ def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:
         return tuple(inputs.shape[1:]), int(labels.max()) + 1
     classes = getattr(dataset, "classes", None)  # torchvision's ImageFolder
     if classes is None:
-        raise ConfigError(f"cannot tell the classes of a {type(dataset).__name__}. HINT: give it a `classes` "
-                          "list (as torchvision's ImageFolder has), or build the model yourself.")
+        raise ConfigError(f"cannot tell the classes of a {type(dataset).__name__}.",
+                          "give it a `classes` list (as torchvision's ImageFolder has), or build the model yourself.")
     return tuple(dataset[0][0].shape), len(classes)
 
 

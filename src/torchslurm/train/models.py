@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, not_one_of
 
 
 class SimpleConvNet(nn.Module):
@@ -22,8 +22,8 @@ class SimpleConvNet(nn.Module):
         super().__init__()
         if image_size < 4:
             raise ConfigError(
-                f"SimpleConvNet image_size={image_size}, expected at least 4 pixels. "
-                "HINT: use image_size=8 for digits or 28 for MNIST."
+                f"SimpleConvNet image_size={image_size}, expected at least 4 pixels.",
+                "use image_size=8 for digits or 28 for MNIST."
             )
         padding = 1 if image_size < 16 else 0
         side = (image_size - 4 + 4 * padding) // 2
@@ -61,7 +61,8 @@ def build(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Modul
     if name == "convnet":
         if len(input_shape) != 3:
             raise ConfigError(f"model=convnet needs (channels, height, width) images, got inputs of shape "
-                              f"{input_shape}. HINT: use model=simple for flat features.")
+                              f"{input_shape}.",
+                              "use model=simple for flat features.")
         return SimpleConvNet(input_shape[-1], num_classes, in_channels=input_shape[0])
     if name == "simple":
         return nn.Sequential(nn.Flatten(), SimpleModel(math.prod(input_shape), 50, num_classes))
@@ -69,8 +70,8 @@ def build(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Modul
         try:
             from torchvision.models import resnet18
         except ImportError as exc:
-            raise ConfigError("model=resnet18 needs torchvision, which is not installed. HINT: pip install "
-                              "torchvision (the build matching your torch), or use model=convnet.") from exc
+            raise ConfigError("model=resnet18 needs torchvision, which is not installed.",
+                              "pip install torchvision (the build matching your torch), or use model=convnet.") from exc
         resnet: nn.Module = resnet18(num_classes=num_classes)
         return resnet
-    raise ConfigError(f"model={name!r} is not one of convnet | simple | resnet18. HINT: model=convnet.")
+    raise not_one_of("model", name, ("convnet", "simple", "resnet18"))

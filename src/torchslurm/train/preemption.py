@@ -38,13 +38,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType, TracebackType
 from typing import Any
 
-from torchslurm.errors import ConfigError, SlurmError
+from torchslurm.errors import ConfigError, SlurmError, below_minimum, not_one_of
 from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
-from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue, run_command
+from torchslurm.jobs.slurm import run_command_status
+from torchslurm.jobs.spec import SIGNALS
+from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,6 @@ DEFAULT_MAX_REQUEUES = 3
 DEFAULT_GRACE_S = 120.0
 DEFAULT_CHECK_PERIOD_S = 0.2
 MAX_CHECK_EVERY = 1000
-SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 
 @dataclass(frozen=True)
 class PreemptionConfig:
@@ -76,20 +77,20 @@ class PreemptionConfig:
     def __post_init__(self) -> None:
         name = self.signal.upper().removeprefix("SIG")
         object.__setattr__(self, "signal", name)
-        if name not in SIGNALS:
-            raise ConfigError(f"signal={self.signal!r} is not one of {', '.join(SIGNALS)}. "
-                              "HINT: USR2 (the default; NCCL may catch USR1).")
-        if self.max_requeues < 0:
-            raise ConfigError(f"max_requeues={self.max_requeues} is negative. HINT: 0 disables requeue; "
-                              f"the default is {DEFAULT_MAX_REQUEUES}.")
-        if self.grace_s < 0:
-            raise ConfigError(f"grace_s={self.grace_s:g} is negative. HINT: give the seconds a checkpoint "
-                              f"needs before the time limit, e.g. {DEFAULT_GRACE_S:g}.")
-        if self.check_every < 1:
-            raise ConfigError(f"check_every={self.check_every}, expected at least 1. HINT: check_every=1.")
-        if not 0 <= self.check_period_s <= 60:
-            raise ConfigError(f"check_period_s={self.check_period_s:g}, expected 0 to 60 seconds. HINT: "
-                              f"{DEFAULT_CHECK_PERIOD_S:g} (the default), or 0 to check every check_every steps.")
+        ConfigError.raise_any([
+            None if name in SIGNALS else
+            not_one_of("signal", self.signal, SIGNALS, hint=f"{DEFAULT_SIGNAL} (the default; NCCL may catch USR1)."),
+            None if self.max_requeues >= 0 else
+            below_minimum("max_requeues", self.max_requeues, 0,
+                          hint=f"0 disables requeue; the default is {DEFAULT_MAX_REQUEUES}."),
+            None if self.grace_s >= 0 else
+            below_minimum("grace_s", self.grace_s, 0, hint="give the seconds a checkpoint needs before the "
+                          f"time limit, e.g. {DEFAULT_GRACE_S:g}."),
+            None if self.check_every >= 1 else below_minimum("check_every", self.check_every, 1),
+            None if 0 <= self.check_period_s <= 60 else
+            ConfigError(f"check_period_s={self.check_period_s:g}, expected 0 to 60 seconds.",
+                        f"{DEFAULT_CHECK_PERIOD_S:g} (the default), or 0 to check every check_every steps."),
+        ])
 
     @property
     def deadline(self) -> float | None:
@@ -126,7 +127,7 @@ def _number(environ: Mapping[str, str], name: str, default: Any, kind: Callable[
     try:
         return kind(text)
     except ValueError:
-        raise ConfigError(f"{name}={text!r} is not a number. HINT: e.g. {name}={default}, or unset it.") from None
+        raise ConfigError(f"{name}={text!r} is not a number.", f"e.g. {name}={default}, or unset it.") from None
 
 
 @dataclass(frozen=True)
@@ -175,10 +176,14 @@ class Preemption:
     """Signal handlers, step-boundary agreement and the requeue for one training run."""
 
     def __init__(self, config: PreemptionConfig | None = None, *, environ: Mapping[str, str] | None = None,
-                 run: Runner = run_command, clock: Callable[[], float] = time.time) -> None:
+                 run: Runner = run_command_status, clock: Callable[[], float] = time.time,
+                 ask_deadline: bool = False) -> None:
+        """`ask_deadline`: when the config has no end_time, ask Slurm for it (`scontrol show job`
+        through `run`) as the handlers are installed; one rank asking is enough."""
         self.config = config or PreemptionConfig()
         self.environ = os.environ if environ is None else environ
         self._run, self._clock = run, clock
+        self._ask_deadline = ask_deadline
         self._received: set[int] = set()
         self._previous: dict[int, Any] = {}
         self._steps = 0
@@ -196,6 +201,9 @@ class Preemption:
     def install(self) -> None:
         """Install the handlers; the previous ones come back on uninstall(). Python runs signal
         handlers in the main thread only: elsewhere only the deadline can stop the run."""
+        if self._ask_deadline and self.config.end_time is None:
+            self.config = replace(self.config, end_time=job_end_time(self.environ, self._run))
+            self._ask_deadline = False
         if threading.current_thread() is not threading.main_thread():
             logger.warning("not in the main thread: %s not caught; only the job's deadline stops this run early",
                            " and ".join(s.name for s in self.signals))

@@ -1,6 +1,8 @@
 """Requeue: when the job ends (its time limit), which job to requeue (array tasks included), whether
 rank 0 requeues after a stop or a peer failure, and `scontrol requeue` itself behind a runner seam.
-The decisions are pure functions of the environ; `run_command` and `requeue` are the effects."""
+The decisions are pure functions of the environ; `requeue` and `job_end_time`'s scontrol call are the
+effects, through a Runner (default: jobs.slurm.run_command_status, which never raises: a stopping
+rank logs a failed command instead)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from torchslurm.errors import ConfigError, SlurmError
+from torchslurm.jobs.slurm import run_command_status
+from torchslurm.runtime.distenv import _job_id
 
 if TYPE_CHECKING:
     from torchslurm.runtime.distenv import DistEnv
@@ -21,15 +25,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Runner = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
-
-
-def run_command(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm command, capturing its output (the seam tests replace)."""
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return subprocess.CompletedProcess(list(argv), 127, "", str(exc))
+"""`run(argv, timeout_s)`: a Slurm command's result, never an exception (tests pass a recorder)."""
 
 
 def job_end_time(environ: Mapping[str, str], run: Runner | None = None) -> float | None:
@@ -40,8 +36,8 @@ def job_end_time(environ: Mapping[str, str], run: Runner | None = None) -> float
             try:
                 return float(text)
             except ValueError:
-                raise ConfigError(f"{name}={text!r} is not unix seconds. HINT: e.g. {name}="
-                                  f"{int(time.time()) + 3600}, or unset it.") from None
+                raise ConfigError(f"{name}={text!r} is not unix seconds.",
+                                  f"e.g. {name}={int(time.time()) + 3600}, or unset it.") from None
     job = requeue_target(environ)
     if run is None or job is None:
         return None
@@ -68,10 +64,7 @@ def parse_end_time(scontrol_text: str) -> float | None:
 def requeue_target(environ: Mapping[str, str]) -> str | None:
     """What `scontrol requeue` needs: JOBID, or ARRAYJOBID_TASKID for an array task (requeueing
     SLURM_JOB_ID of an array task works too, but the array form is what squeue shows)."""
-    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
-        return f"{array}_{task}"
-    return environ.get("SLURM_JOB_ID") or None
+    return _job_id(environ) or None
 
 
 @dataclass(frozen=True)
@@ -88,8 +81,8 @@ def plan_requeue(environ: Mapping[str, str], max_requeues: int, wanted: bool) ->
     target = requeue_target(environ)
     restarts_text = environ.get("SLURM_RESTART_COUNT", "0") or "0"
     if not restarts_text.isdigit():
-        raise ConfigError(f"SLURM_RESTART_COUNT={restarts_text!r} is not a count. "
-                          "HINT: Slurm sets it; unset it when running outside Slurm.")
+        raise ConfigError(f"SLURM_RESTART_COUNT={restarts_text!r} is not a count.",
+                          "Slurm sets it; unset it when running outside Slurm.")
     restarts = int(restarts_text)
     if target is None:
         return RequeuePlan(None, "not a Slurm job (no SLURM_JOB_ID): nothing to requeue")
@@ -110,19 +103,18 @@ def requeues_after_failure(env: DistEnv) -> bool:
     return env.launcher == "srun" or (env.launcher == "torchrun" and env.restarts_left == 0)
 
 
-def requeue(plan: RequeuePlan, run: Runner = run_command, timeout_s: float = 60.0) -> None:
+def requeue(plan: RequeuePlan, run: Runner = run_command_status, timeout_s: float = 60.0) -> None:
     """Run `scontrol requeue`; raises SlurmError when Slurm refuses (or does not answer in time)."""
     if plan.target is None:
         return
     result = run(["scontrol", "requeue", plan.target], timeout_s)
     if result.returncode == -signal.SIGTERM:
-        # Slurm ends the run's processes as soon as it accepts the requeue, and scontrol, our child,
-        # can get that SIGTERM before it exits (seen on the sandbox: "DUE TO JOB REQUEUE", then -15).
+        # Slurm ends the job's processes (SIGTERM, "DUE TO JOB REQUEUE") as soon as it accepts the
+        # requeue, and scontrol, our child in the same job step, can get that SIGTERM before it exits.
         logger.debug("scontrol requeue %s ended by SIGTERM: Slurm is stopping this run for the requeue", plan.target)
         return
     if result.returncode != 0:
         raise SlurmError(
-            f"`scontrol requeue {plan.target}` failed ({result.returncode}): {result.stderr.strip()}. "
-            "HINT: submit with --requeue (torchslurm does when preemptible: true), and check that "
-            "JobRequeue is not 0 in slurm.conf; the checkpoint is saved, so resubmitting resumes."
-        )
+            f"`scontrol requeue {plan.target}` failed ({result.returncode}): {result.stderr.strip()}.",
+            "submit with --requeue (torchslurm does when preemptible: true), and check that JobRequeue is "
+            "not 0 in slurm.conf; the checkpoint is saved, so resubmitting resumes.")

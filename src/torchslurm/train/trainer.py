@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,13 +27,14 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from torchslurm.errors import CheckpointError, ConfigError
+from torchslurm.jobs.slurm import run_command_status
 from torchslurm.train import checkpoint
 from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.data import ShardSampler, SkipSampler
 from torchslurm.train.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
-from torchslurm.train.preemption import Preemption, preemption_config
-from torchslurm.train.requeue import requeues_after_failure, run_command
+from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
+from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.topology import topology
 from torchslurm.train.watchdog import Watchdog
 
@@ -74,6 +75,11 @@ class Trainer:
     A `should_stop` of your own is called on every rank at each optimizer-step boundary and must
     give the same answer on all ranks; when true, the Trainer saves a checkpoint and returns
     FitResult(stopped_early=True), and the rest is yours.
+
+    The job is handed in as data: `environ` (the launcher's and Slurm's variables: placement
+    without `ctx`, the job to requeue, the preemption settings) and `preemption` (default: read
+    from `environ`; then, without an end time there, rank 0 asks Slurm for the job's end time
+    through `run` when fit() starts).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -81,12 +87,13 @@ class Trainer:
                  train_data: Dataset[Any], val_data: Dataset[Any], config: TrainConfig, *,
                  ctx: DistContext | None = None,
                  scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> None:
-        self.config, self.topo = config, topology(ctx, os.environ)
+                 should_stop: Callable[[], bool] | None = None, preemption: PreemptionConfig | None = None,
+                 environ: Mapping[str, str] = os.environ, run: Runner = run_command_status) -> None:
+        self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device
         if config.amp == "fp16" and self.device.type != "cuda":
-            raise ConfigError(f"amp=fp16 on device {self.device}: fp16 with GradScaler needs CUDA. "
-                              "HINT: use amp=bf16 on CPU, or amp=off.")
+            raise ConfigError(f"amp=fp16 on device {self.device}: fp16 with GradScaler needs CUDA.",
+                              "use amp=bf16 on CPU, or amp=off.")
         self.model = model.to(self.device)
         self.ddp: nn.Module = self.model
         if self.topo.world_size > 1:
@@ -101,7 +108,8 @@ class Trainer:
         self._ctx = ctx
         self._preemption: Preemption | None = None
         if should_stop is None:
-            self._preemption = Preemption(preemption_config(os.environ, run_command if self.is_main else None))
+            self._preemption = Preemption(preemption or preemption_config(environ), environ=environ, run=run,
+                                          ask_deadline=preemption is None and self.is_main)
             should_stop = self._preemption.should_stop
         self.should_stop: Callable[[], bool] = should_stop
         self.log = MetricsLog(config.run_dir / "metrics.jsonl")
@@ -408,8 +416,9 @@ class Trainer:
         try:
             state = checkpoint.load(path)  # on the CPU: RNG states must stay CPU tensors
         except CheckpointError as exc:
-            raise CheckpointError(f"rank {self.topo.rank} cannot read {path}: {exc} HINT: run_dir must be "
-                                  "on a filesystem every node sees (e.g. your home or project dir).") from exc
+            raise CheckpointError(f"rank {self.topo.rank} cannot read {path}: {exc.message}",
+                                  "run_dir must be on a filesystem every node sees (e.g. your home or project "
+                                  "dir).") from exc
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])

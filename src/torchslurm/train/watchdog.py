@@ -110,8 +110,8 @@ def describe_ranks(ranks: Sequence[int], peers: Sequence[Peer]) -> str:
 
 
 def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int] | None,
-              bound_s: float | None, store: str = "ok", errors: Mapping[int, str] | None = None) -> str:
-    """The root-cause-first message. `silent`: ranks with a stopped heartbeat; None: the store
+              bound_s: float | None, store: str = "ok", errors: Mapping[int, str] | None = None) -> DistributedError:
+    """The root-cause-first error (exit code 1). `silent`: ranks with a stopped heartbeat; None: the store
     (rank 0's) could not be asked, and `store` says why: 'refused' or 'timeout'. `errors`: what
     the silent ranks that stopped on an error of their own said."""
     seen = f"(rank {me.rank} on {me.host} saw: {first_sentence(error)})"
@@ -137,17 +137,22 @@ def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int]
         where = f" with {describe_ranks(named, peers)}" if named else ""
         cause = f"a collective failed{where} while every rank still has a heartbeat"
     bound = f" ({bound_s:g} s)" if bound_s is not None else ""
-    return (f"{cause} {seen}. Every rank stops within the process group timeout{bound}. HINT: read the "
-            "first failing rank's log (srun prints 'task N: ...' for it); for a node or network problem "
-            "check `scontrol show node`; the job resumes from its last checkpoint when requeued.")
+    return DistributedError(
+        f"{cause} {seen}. Every rank stops within the process group timeout{bound}.",
+        "read the first failing rank's log (srun prints 'task N: ...' for it); for a node or network problem "
+        "check `scontrol show node`; the job resumes from its last checkpoint when requeued.", exit_code=1)
 
 
 class Watchdog:
     """Heartbeat thread + failure diagnosis for the current process group (see the module doc)."""
 
     def __init__(self, ctx: DistContext, interval_s: float = DEFAULT_INTERVAL_S,
-                 bound_s: float | None = None, on_failure: Callable[[], None] | None = None) -> None:
+                 bound_s: float | None = None, on_failure: Callable[[], None] | None = None, *,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.ctx, self.interval_s = ctx, interval_s
+        self._sleep, self._clock = sleep, clock
+        """How the diagnosis waits between two reads of the counters (the heartbeat thread waits on its
+        own stop event)."""
         self.bound_s = bound_s
         """The process group timeout, quoted in the message (None: not quoted)."""
         self.on_failure = on_failure
@@ -175,8 +180,9 @@ class Watchdog:
         except RuntimeError as exc:
             raise DistributedError(
                 f"rank {self.ctx.rank} on {me.host} could not exchange host names with the other ranks: "
-                f"{first_sentence(str(exc))}. HINT: a peer died or the network between the nodes failed "
-                "during start-up; read the first failing rank's log.", exit_code=1) from exc
+                f"{first_sentence(str(exc))}.",
+                "a peer died or the network between the nodes failed during start-up; read the first failing "
+                "rank's log.", exit_code=1) from exc
         self.peers = [p for p in gathered if p is not None]
         store = self._store(HEARTBEAT_TIMEOUT_S)
         store.add(_BEAT.format(self.ctx.rank), 1)
@@ -260,26 +266,26 @@ class Watchdog:
             return "timeout"
         return "ok"
 
-    def diagnose(self, error: BaseException) -> tuple[str, bool]:
-        """(message, whether this rank is the one that reports it in full)."""
+    def diagnose(self, error: BaseException) -> tuple[DistributedError, bool]:
+        """(the root-cause error, whether this rank is the one that reports it in full)."""
         me = self.peers[self.ctx.rank]
         self._mark_failure_stage()
         before = self.counters()
-        time.sleep(2 * self.interval_s)
+        self._sleep(2 * self.interval_s)
         after = self.counters() if before is not None else None
         stages = self.counters(_FAILURE) if after is not None else None
         silent = (None if before is None or after is None or stages is None
                   else silent_ranks(before, after, [rank for rank, stage in stages.items() if stage]))
         store = self.store_reachability() if silent is None else "ok"
         errors = self._errors_of(silent) if silent else {}
-        message = diagnosis(me, str(error), self.peers, silent, self.bound_s, store, errors)
+        found = diagnosis(me, str(error), self.peers, silent, self.bound_s, store, errors)
         if silent is None:  # no store, no agreement: the lowest rank other than 0 on each host reports
             mine = [p.rank for p in self.peers if p.host == me.host and p.rank != 0]
             reporter = not mine or mine[0] == me.rank
         else:
             alive = [p.rank for p in self.peers if p.rank not in silent]
             reporter = bool(alive) and alive[0] == me.rank
-        return message, reporter
+        return found, reporter
 
     @contextmanager
     def guard(self) -> Iterator[None]:
@@ -297,24 +303,24 @@ class Watchdog:
             # from rank 0's host: Slurm is likely out of reach too, and the other side requeues.
             if self.on_failure is not None and self.store_reachability() != "timeout":
                 self.on_failure()
-            message, reporter = self.diagnose(exc)
+            found, reporter = self.diagnose(exc)
             self._mark_failure_stage()
             if self.ctx.rank == 0 and not self.ctx.env.agent_store:
                 self._wait_for_the_others_diagnoses()
             if reporter:
-                raise DistributedError(message, exit_code=1) from exc
+                raise found from exc
             raise DistributedError(
                 f"rank {self.ctx.rank} on {socket.gethostname()} stopped because a peer failed; the root cause "
-                "is in the message of the lowest rank still running. HINT: look for 'stopped responding' or "
-                "'unreachable' in the job log.", exit_code=1) from exc
+                "is in the message of the lowest rank still running.",
+                "look for 'stopped responding' or 'unreachable' in the job log.", exit_code=1) from exc
 
     def _wait_for_the_others_diagnoses(self) -> None:
         """Keep rank 0's store up until every rank that is still alive has diagnosed (bounded)."""
-        deadline = time.monotonic() + 2 * self.interval_s + 2 * DIAGNOSIS_TIMEOUT_S
-        while time.monotonic() < deadline:
+        deadline = self._clock() + 2 * self.interval_s + 2 * DIAGNOSIS_TIMEOUT_S
+        while self._clock() < deadline:
             before = self.counters()
             stages = self.counters(_FAILURE)
-            time.sleep(self.interval_s)
+            self._sleep(self.interval_s)
             after = self.counters()
             if before is None or stages is None or after is None:
                 return

@@ -33,6 +33,7 @@ from torch import nn
 
 import torchslurm
 from torchslurm.errors import TorchSlurmError
+from torchslurm.jobs.slurm import run_command_status
 from torchslurm.train import data, preemption, requeue, watchdog
 from torchslurm.train.trainer import TrainConfig, Trainer
 
@@ -74,7 +75,7 @@ def train(args: dict[str, str]) -> int:
         model = Model(int(args.get("ballast_mb", 0)))
         train, val = data.synthetic(num_samples=int(args.get("samples", 400)), seed=3)
         stop = preemption.Preemption(
-            preemption.preemption_config(os.environ, run=requeue.run_command if ctx.rank == 0 else None))
+            preemption.preemption_config(os.environ, run=run_command_status if ctx.rank == 0 else None))
         sleep_s = float(args.get("step_sleep", 0))
         who, _, when = args.get("signal_at", "-1:-1").partition(":")
         sig = signal.Signals["SIG" + args.get("signal", stop.config.signal).upper().removeprefix("SIG")]

@@ -13,12 +13,13 @@ def test_defaults_are_valid_and_plain() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"epochs": 0}, r"epochs=0, expected at least 1\. HINT: e\.g\. epochs=1\."),
+    ({"epochs": 0}, r"^epochs=0 must be at least 1\. HINT: set epochs to 1 or more\.$"),
     ({"lr": -1.0}, r"lr=-1\.0, expected a positive number\. HINT"),
-    ({"lr_scaling": "cubic"}, r"lr_scaling='cubic' is not one of none \| linear \| sqrt\. HINT: lr_scaling=none"),
-    ({"amp": "fp8"}, r"amp='fp8' is not one of off \| bf16 \| fp16"),
-    ({"log_every": -1}, r"log_every=-1, expected 0 or more"),
-    ({"grad_clip": -0.5}, r"grad_clip=-0\.5, expected 0 \(off\) or a positive norm"),
+    ({"lr_scaling": "cubic"},
+     r"^lr_scaling='cubic' is not one of none, linear, sqrt\. HINT: set lr_scaling to one of: none, linear, sqrt\.$"),
+    ({"amp": "fp8"}, r"amp='fp8' is not one of off, bf16, fp16\."),
+    ({"log_every": -1}, r"log_every=-1 must be at least 0\. HINT: set log_every to 0 or more\."),
+    ({"grad_clip": -0.5}, r"grad_clip=-0\.5 must be at least 0\. HINT: grad_clip=0 turns clipping off"),
     ({"resume": ""}, r"resume='' is empty; expected auto, never or a checkpoint directory"),
 ])
 def test_train_config_rejects(kwargs: dict[str, object], message: str) -> None:
@@ -80,18 +81,6 @@ def test_text_settings_stay_verbatim() -> None:
     assert cfg.run_dir == Path("2024-01-01") and cfg.resume == "007" and example.data_dir is None
 
 
-def test_seed_flags_sit_between_file_and_key_value(tmp_path: Path) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    (tmp_path / "c.yaml").write_text("epochs: 9\nlr: 0.5\nbatch_size: 8\n")
-    args = parser.parse_args(["--config", str(tmp_path / "c.yaml"), "--epochs", "2", "--checkpoint-dir", "ck",
-                              "--lr", "0.2", "lr=0.3"])
-    _, cfg = config.from_arguments(args, {"seed": 5})
-    assert (cfg.epochs, cfg.lr, cfg.batch_size, cfg.run_dir, cfg.seed) == (2, 0.3, 8, Path("ck"), 5)
-
-
 def test_every_invalid_setting_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as raised:
         config.load(overrides=["epochs=-3", "batch_size=0", "amp=fp8", "dataset=mnist"])
@@ -100,9 +89,9 @@ def test_every_invalid_setting_is_reported_at_once() -> None:
     assert lines[1:] == [
         "  dataset=mnist needs data_dir, which is not set. HINT: add data_dir=/path/to/mnist (a directory every "
         "rank can read).",
-        "  epochs=-3, expected at least 1. HINT: e.g. epochs=1.",
-        "  batch_size=0, expected at least 1. HINT: e.g. batch_size=1.",
-        "  amp='fp8' is not one of off | bf16 | fp16. HINT: amp=off.",
+        "  epochs=-3 must be at least 1. HINT: set epochs to 1 or more.",
+        "  batch_size=0 must be at least 1. HINT: set batch_size to 1 or more.",
+        "  amp='fp8' is not one of off, bf16, fp16. HINT: set amp to one of: off, bf16, fp16.",
     ]
     assert len(raised.value.problems) == 4
     with pytest.raises(ConfigError, match=r"^2 invalid settings:\n  epochs='x' in key=value: expected an integer\. "

@@ -141,7 +141,7 @@ def test_config_from_environ_and_validation() -> None:
     assert preemption_config({}) == PreemptionConfig()
     assert preemption_config({}, check_every=4).check_every == 4
     assert preemption_config({"TORCHSLURM_CHECK_EVERY": "10"}).check_every == 10
-    with pytest.raises(ConfigError, match=r"check_every=0, expected at least 1\. HINT: check_every=1"):
+    with pytest.raises(ConfigError, match=r"^check_every=0 must be at least 1\. HINT: set check_every to 1 or more\.$"):
         preemption_config({"TORCHSLURM_CHECK_EVERY": "0"})
     assert preemption_config({"TORCHSLURM_CHECK_PERIOD_S": "0"}).check_period_s == 0
     with pytest.raises(ConfigError, match=r"TORCHSLURM_CHECK_EVERY='often' is not a number\. HINT"):
@@ -165,7 +165,7 @@ def test_check_interval_aims_at_the_period(step_s: float | None, period_s: float
         PreemptionConfig(signal="KILL")
     with pytest.raises(ConfigError, match=r"TORCHSLURM_MAX_REQUEUES='three' is not a number"):
         preemption_config({"TORCHSLURM_MAX_REQUEUES": "three"})
-    with pytest.raises(ConfigError, match=r"max_requeues=-1 is negative"):
+    with pytest.raises(ConfigError, match=r"^max_requeues=-1 must be at least 0\. HINT: 0 disables requeue"):
         PreemptionConfig(max_requeues=-1)
 
 

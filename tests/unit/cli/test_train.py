@@ -1,0 +1,36 @@
+"""`torchslurm train`'s arguments: the same flags for the command and for each rank."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from torchslurm.cli.train import DEFAULTS, RANK_MODULE, add_arguments, from_arguments
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_flags_sit_between_file_and_key_value(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("epochs: 9\nlr: 0.5\nbatch_size: 8\n")
+    args = parse(["--config", str(tmp_path / "c.yaml"), "--epochs", "2", "--checkpoint-dir", "ck",
+                  "--lr", "0.2", "lr=0.3"])
+    _, cfg = from_arguments(args, {"seed": 5})
+    assert (cfg.epochs, cfg.lr, cfg.batch_size, cfg.run_dir, cfg.seed) == (2, 0.3, 8, Path("ck"), 5)
+
+
+def test_without_settings_the_demo_defaults_apply() -> None:
+    example, cfg = from_arguments(parse([]))
+    assert (cfg.epochs, cfg.batch_size, cfg.lr, str(cfg.run_dir)) == (
+        DEFAULTS["epochs"], DEFAULTS["batch_size"], DEFAULTS["lr"], DEFAULTS["run_dir"])
+    assert (example.dataset, example.resolved_model) == ("digits", "convnet")
+
+
+def test_the_rank_program_is_this_module() -> None:
+    """Ranks start as `python -m RANK_MODULE`: it must name the module that holds rank_main."""
+    import importlib
+
+    assert hasattr(importlib.import_module(RANK_MODULE), "rank_main")
