@@ -1,30 +1,26 @@
-"""JobSpec construction and loading, and findings.validate(): pure logic, plain data in, data out."""
+"""JobSpec construction, normalisation, validation and loading: pure logic, plain data in, data out."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from torchslurm.errors import ConfigError
-from torchslurm.jobs.findings import validate
-from torchslurm.jobs.spec import JobSpec, load, parse_slurm_version, parse_time
-
-
-def codes(spec: JobSpec, version: str | None = None) -> dict[str, str]:
-    return {f.code: f.severity for f in validate(spec, version)}
-
-
-def test_defaults_srun_gpu_layout() -> None:
-    spec = JobSpec(script="train.py", nodes=2, gpus_per_node=4)
-    assert (spec.slurm_tasks_per_node, spec.ranks_per_node, spec.world_size) == (4, 4, 8)
-    assert codes(spec) == {}
-
-
-def test_defaults_torchrun_layout() -> None:
-    spec = JobSpec(script="train.py", nodes=2, gpus_per_node=8, launch="torchrun", cpus_per_task=32)
-    assert (spec.slurm_tasks_per_node, spec.ranks_per_node, spec.world_size) == (1, 8, 16)
-    assert codes(spec) == {}
+from torchslurm.jobs.spec import (
+    InvalidSpec,
+    JobSpec,
+    field_help,
+    field_names,
+    from_mapping,
+    load,
+    normalised,
+    parse_slurm_version,
+    parse_time,
+    problems,
+)
+from torchslurm.jobs.spelling import command_line
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -109,66 +105,6 @@ def test_missing_script(tmp_path: Path) -> None:
         load(None, {"nodes": 2})
 
 
-def test_srun_tasks_vs_gpus_error() -> None:
-    found = validate(JobSpec(script="t.py", nodes=4, gpus_per_node=4, tasks_per_node=1))
-    assert found[0].code == "tasks-vs-gpus" and found[0].severity == "error"
-    assert "set tasks_per_node: 4, or use launch: torchrun" in found[0].hint
-
-
-def test_torchrun_nproc_vs_gpus_and_tasks() -> None:
-    spec = JobSpec(script="t.py", gpus_per_node=4, launch="torchrun", nproc_per_node=2, tasks_per_node=4,
-                   cpus_per_task=8)
-    assert codes(spec) == {"torchrun-tasks": "error", "nproc-vs-gpus": "error"}
-
-
-def test_torchrun_cpus_warning() -> None:
-    assert codes(JobSpec(script="t.py", launch="torchrun", nproc_per_node=2)) == {"torchrun-cpus": "warning"}
-
-
-def test_cpu_job_with_nccl() -> None:
-    assert codes(JobSpec(script="t.py", backend="nccl")) == {"nccl-without-gpu": "error"}
-
-
-def test_preemption_grace_longer_than_time() -> None:
-    spec = JobSpec(script="t.py", preemptible=True, time="2", grace_s=300)
-    found = validate(spec)
-    assert found[0].code == "grace-vs-time"
-    assert "grace_s=300 is not shorter than time='2' (120 s)" in found[0].message
-
-
-def test_preemption_without_time_and_requeue() -> None:
-    spec = JobSpec(script="t.py", preemptible=True, requeue=False, grace_s=30)
-    assert codes(spec) == {
-        "signal-without-time": "warning", "no-requeue": "warning", "short-grace": "warning"}
-
-
-def test_gpu_flag_by_version() -> None:
-    spec = JobSpec(script="t.py", gpus_per_node=2)
-    assert codes(spec, "slurm 18.08.9") == {"gpu-flag": "error"}
-    assert codes(spec, "slurm-wlm 22.05.8") == {}
-    assert codes(JobSpec(script="t.py", gpus_per_node=2, gpu_flag="gres"), "22.05") == {"gpu-flag": "info"}
-    assert parse_slurm_version("slurm-wlm 22.05.8") == (22, 5)
-
-
-def test_effective_batch_summary_like_seed_004() -> None:
-    spec = JobSpec(script="t.py", nodes=6, gpus_per_node=1, batch_size=64, lr=0.01)
-    (found,) = validate(spec)
-    assert "effective batch size = 64 per rank x 6 ranks = 384" in found.message
-    assert found.message.endswith("; lr=0.01 was tuned for which batch size?")  # one mark, not "?."
-    assert "lr=0.06" in found.hint
-    (plain,) = validate(JobSpec(script="t.py", nodes=6, gpus_per_node=1, batch_size=64))
-    assert plain.message.endswith("(6 node(s) x 1 rank(s)).")
-
-
-def test_nic_override_warns() -> None:
-    assert codes(JobSpec(script="t.py", nic="eth0")) == {"nic-override": "warning"}
-
-
-def test_errors_sorted_first() -> None:
-    spec = JobSpec(script="t.py", nic="eth0", backend="nccl")
-    assert [f.severity for f in validate(spec)] == ["error", "warning"]
-
-
 def test_slash_in_name_rejected() -> None:
     with pytest.raises(ConfigError, match=r"name='a/b' contains '/'.*HINT: use a name without '/', e.g. 'a-b'"):
         JobSpec(script="t.py", name="a/b")
@@ -199,3 +135,62 @@ def test_a_string_where_a_list_belongs_names_the_item() -> None:
         JobSpec(script="t.py", args="--lr 1")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r'HINT: write setup: \["\.\.\.", "\.\.\."\] \(a list, one item per shell'):
         JobSpec(script="t.py", setup=3)  # type: ignore[arg-type]
+
+
+def test_normalised_gives_the_canonical_values_without_touching_the_spec() -> None:
+    spec = JobSpec(script="t.py")
+    raw = dataclasses.replace(spec, signal="USR2")  # a valid spec to read values from
+    object.__setattr__(raw, "signal", "sigusr1")
+    object.__setattr__(raw, "time", 90)
+    object.__setattr__(raw, "args", ["--lr", 1])
+    assert normalised(raw) == {"args": ("--lr", "1"), "setup": (), "env": {}, "time": "90", "signal": "USR1"}
+    assert (raw.signal, raw.time) == ("sigusr1", 90)  # normalised() returns values, it sets nothing
+
+
+def test_problems_does_not_change_the_spec_it_checks() -> None:
+    spec = JobSpec(script="t.py", signal="USR1", time="90")
+    before = dataclasses.asdict(spec)
+    object.__setattr__(spec, "signal", "sigusr1")  # not normalised: problems() reports it, changes nothing
+    assert [p.message for p in problems(spec)] == ["signal='sigusr1' is not one of USR1, USR2, TERM, INT, HUP, URG."]
+    assert spec.signal == "sigusr1" and {**before, "signal": "sigusr1"} == dataclasses.asdict(spec)
+
+
+def test_a_numeric_time_or_mem_from_yaml_is_read_as_slurm_text() -> None:
+    spec = JobSpec(script="t.py", time=90, mem=0)  # type: ignore[arg-type]
+    assert (spec.time, spec.time_s, spec.mem) == ("90", 5400, "0")
+
+
+def test_a_refused_spec_can_be_said_with_flags() -> None:
+    with pytest.raises(InvalidSpec) as raised:
+        JobSpec(script="t.py", nodes=0, mem="lots", max_restarts=2)
+    assert [p.message for p in raised.value.problems] == [
+        "mem='lots' is not a Slurm memory size.", "nodes=0 must be at least 1.",
+        "max_restarts=2 with launch='srun': only torchrun's agent restarts workers."]
+    flags = raised.value.spelled(command_line({"nodes", "mem", "max_restarts", "launch", "preemptible"}))
+    assert [str(p) for p in flags.problems] == [
+        "--mem='lots' is not a Slurm memory size. HINT: write e.g. --mem 32G (a number with optional K, M, G or T; "
+        "0 means all memory of the node).",
+        "--nodes=0 must be at least 1. HINT: set --nodes to 1 or more.",
+        "--max-restarts=2 with --launch='srun': only torchrun's agent restarts workers. HINT: in srun mode a failed "
+        "rank ends the step (--kill-on-bad-exit) and the job is requeued (--preemptible, max_requeues); or set "
+        "--launch torchrun."]
+
+
+def test_from_mapping_names_the_flags_it_is_told_of() -> None:
+    with pytest.raises(ConfigError, match=r"^--time='1h' is not a Slurm time limit\. HINT: use minutes"):
+        from_mapping({"script": "t.py", "time": "1h"}, spelling=command_line({"time"}))
+    with pytest.raises(ConfigError, match=r"^time='1h' is not a Slurm time limit\."):
+        from_mapping({"script": "t.py", "time": "1h"})
+
+
+def test_every_field_has_help_for_the_command_line() -> None:
+    assert field_help("nodes") == "Number of nodes (`--nodes`)."
+    assert all(len(field_help(name)) > 10 for name in field_names())
+
+
+@pytest.mark.parametrize(("text", "version"), [("slurm-wlm 22.05.8", (22, 5)), ("slurm 23.11.1", (23, 11)),
+                                               ("22.05", (22, 5))])
+def test_slurm_version_as_sbatch_prints_it(text: str, version: tuple[int, int]) -> None:
+    assert parse_slurm_version(text) == version
+    with pytest.raises(ConfigError, match=r"slurm version 'slurm' has no MAJOR\.MINOR\. HINT: pass what"):
+        parse_slurm_version("slurm")
