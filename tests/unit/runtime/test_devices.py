@@ -1,4 +1,4 @@
-"""torchslurm.runtime.devices: every environment slurmd gave a task in slurm-lab.md §4, plus pure cases."""
+"""torchslurm.runtime.devices: every environment slurmd gave a task in tests/fixtures/gpu_env, plus pure cases."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _cases(folder: str) -> list[Any]:
     return cases
 
 
-GPU_ENV_CASES = _cases("gpu_env")  # slurm-lab.md §4, row by row
+GPU_ENV_CASES = _cases("gpu_env")  # each task of each recorded step (tests/fixtures/gpu_env/README.md)
 SANDBOX_CASES = _cases("slurm_env")  # recorded on the sandbox cluster by tests/cluster/test_runtime_e2e.py
 
 

@@ -58,7 +58,7 @@ def test_worker_node_uses_the_interface_of_its_source_address() -> None:
 
 
 def test_master_by_own_ip_is_not_loopback() -> None:
-    # `ip route get <own ip>` says `dev lo`; the source address still belongs to ens1f0 (pitfall 3).
+    # `ip route get <own ip>` says `dev lo`; the source address still belongs to ens1f0.
     assert choose_interface("198.18.0.201", ["198.18.0.201"], "198.18.0.201", NODE, [])[0] == "ens1f0"
 
 
@@ -202,7 +202,7 @@ def _ifname_env(namespaces: dict[str, str], host: str, hosts_file: Path, master:
 
 
 def _hosts(tmp_path: Path, seen_from: str, debian_style: bool = False) -> Path:
-    """The /etc/hosts of node seen_from; Debian-style gives its own name 127.0.1.1 (pitfall 2)."""
+    """The /etc/hosts of node seen_from; Debian-style gives its own name 127.0.1.1."""
     lines = ["127.0.0.1 localhost"]
     lines += [f"127.0.1.1 {host}" if debian_style and host == seen_from else f"{address} {host}"
               for host, (_, address) in NODES.items()]
