@@ -45,9 +45,3 @@ def handle(args: argparse.Namespace) -> int:
     logger.info("%s", plan.reason)
     return launch.execute(plan, os.environ, max_restarts=args.max_restarts)
 
-
-def _cuda_device_count() -> int:
-    """Kept until cli/train.py imports runtime.launch.cuda_device_count (its home) itself."""
-    from torchslurm.runtime.launch import cuda_device_count
-
-    return cuda_device_count()
