@@ -12,10 +12,19 @@ from typing import Any
 
 import pytest
 
-from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.jobs.slurm import SlurmClient, parse_job_id, parse_scontrol, parse_squeue, status_from_scontrol
+from torchslurm.errors import SlurmError
+from torchslurm.jobs.slurm import (
+    NOT_FOUND,
+    TIMED_OUT,
+    SlurmClient,
+    parse_job_id,
+    parse_scontrol,
+    parse_squeue,
+    run_command,
+    run_command_status,
+    status_from_scontrol,
+)
 from torchslurm.jobs.spec import parse_slurm_version
-from torchslurm.jobs.submit import Job, filter_rank
 
 OUT = Path(__file__).parents[2] / "fixtures" / "slurm_output"
 
@@ -140,33 +149,8 @@ def test_client_status_and_cancel() -> None:
 
 
 def test_missing_binary_is_a_slurm_error() -> None:
-    from torchslurm.jobs.slurm import run_command
-
     with pytest.raises(SlurmError, match=r"sbatch-not-here not found on PATH\. HINT: run this on a Slurm"):
         run_command(["sbatch-not-here", "--version"])
-
-
-def test_job_wait_uses_clock_and_times_out() -> None:
-    running = fixture("scontrol_running.txt")
-    run = FakeRun({"scontrol": (0, running, "")})
-    now = [0.0]
-    job = Job("1", SlurmClient(run=run))
-    with pytest.raises(SlurmError, match=r"job 1 still RUNNING after 5 s"):
-        job.wait(timeout_s=5, poll_s=1, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
-
-
-def test_logs_by_rank(tmp_path: Path) -> None:
-    recorded = fixture("scontrol_completed.txt")
-    text = recorded.replace(str(Path(parse_scontrol(recorded)["StdOut"]).parent), str(tmp_path))
-    out = tmp_path / "probe-1.out"
-    out.write_text("0: rank 0 up\n 1: rank 1 up\n10: rank 10 up\n1: bye\n")
-    job = Job("1", SlurmClient(run=FakeRun({"scontrol": (0, text, "")})))
-    assert job.logs(1) == "rank 1 up\nbye\n"
-    assert filter_rank(out.read_text(), 10) == "rank 10 up\n"
-    (tmp_path / "probe-1-rank1.out").write_text("only rank 1\n")
-    assert job.logs(1) == "only rank 1\n"
-    with pytest.raises(ConfigError, match=r"--rank=-1 is negative\. HINT: ranks count from 0"):
-        job.logs(-1)
 
 
 def test_script_lint_submit_work_without_torch(tmp_path: Path, without_torch: WithoutTorch) -> None:
@@ -236,17 +220,16 @@ def test_help_without_torch(command: str, tmp_path: Path, without_torch: Without
     assert result.returncode == 0 and "usage: torchslurm" in result.stdout, result.stderr
 
 
-def test_the_python_api_refuses_a_missing_script_before_sbatch(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchslurm.jobs.spec import JobSpec
-    from torchslurm.jobs.submit import submit
+def test_run_command_status_says_not_found_and_timeouts_without_raising(tmp_path: Path) -> None:
+    missing = run_command_status(["sbatch-not-here", "--version"])
+    assert (missing.returncode, missing.stdout) == (NOT_FOUND, "")
+    assert missing.stderr.startswith("sbatch-not-here: No such file or directory")
+    hung = run_command_status(["sleep", "5"], 0.2)
+    assert hung.returncode == TIMED_OUT and "no answer within 0.2 s" in hung.stderr
+    ran = run_command_status(["sh", "-c", "pwd; echo oops >&2; exit 3"], cwd=tmp_path)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (3, f"{tmp_path}\n", "oops\n")
 
-    run = FakeRun({"sbatch": (0, "42\n", "")})
-    monkeypatch.chdir(tmp_path)
-    spec = JobSpec(script="nothere.py")
-    with pytest.raises(ConfigError, match=r"\[script-missing\] script 'nothere.py' does not exist: checked "
-                                          rf"{tmp_path}/nothere.py.*force=True from Python"):
-        submit(spec, client=SlurmClient(run=run))
-    assert run.calls == []
-    assert submit(spec, client=SlurmClient(run=run), force=True).id == "42"  # a file only the nodes have
-    assert run.calls[0][0] == "sbatch"
+
+def test_run_command_raises_what_run_command_status_returns() -> None:
+    with pytest.raises(SlurmError, match=r"^sleep 5 did not answer within 0\.2 s\. HINT: check that slurmctld"):
+        run_command(["sleep", "5"], 0.2)
