@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -11,18 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.multiproc.conftest import clean_environ
 
 pytestmark = pytest.mark.multiproc
 
 TORCHSLURM = [sys.executable, "-m", "torchslurm"]
 
 
-def clean_environ(**extra: str) -> dict[str, str]:
-    """This machine's environment without launcher variables that would change the mode."""
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_", "NCCL_", "GLOO_"))
-            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR", **extra}
 
 
 def torchslurm(*argv: str, timeout_s: float = 180, **env: str) -> subprocess.CompletedProcess[str]:

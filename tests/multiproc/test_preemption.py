@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.multiproc.conftest import clean_environ, weights
 
 from torchslurm.train import checkpoint
 from torchslurm.train.preemption import PREEMPTED_EXIT_CODE
@@ -20,31 +21,24 @@ pytestmark = pytest.mark.multiproc
 
 SCRIPT = Path(__file__).parent / "scripts" / "preempt_train.py"
 TORCHSLURM = [sys.executable, "-m", "torchslurm"]
-NETWORK = ("net1.weight", "net1.bias", "net2.weight", "net2.bias")
+# every step is checked, so a signal after step k stops the ranks after step k + 1 exactly
+EVERY_STEP = {"TORCHSLURM_CHECK_PERIOD_S": "0"}
 
 
-def clean_environ() -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_", "TORCHSLURM_"))
-            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    # every step is checked, so a signal after step k stops the ranks after step k + 1 exactly
-    return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR", "TORCHSLURM_CHECK_PERIOD_S": "0"}
 
 
 def train(run_dir: Path, *args: str, timeout_s: float = 180, run_flags: tuple[str, ...] = ()
           ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*TORCHSLURM, "run", "--nproc", "2", *run_flags, str(SCRIPT), f"run_dir={run_dir}", *args],
-                          capture_output=True, text=True, timeout=timeout_s, env=clean_environ())
+                          capture_output=True, text=True, timeout=timeout_s, env=clean_environ(**EVERY_STEP))
 
 
 def start(run_dir: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([*TORCHSLURM, "run", "--nproc", "2", str(SCRIPT), f"run_dir={run_dir}", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_environ())
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=clean_environ(**EVERY_STEP))
 
 
-def weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(run_dir / "final.pt", weights_only=True)
-    return {k: state[k] for k in NETWORK}
 
 
 def epoch_metrics(run_dir: Path) -> list[tuple[object, ...]]:

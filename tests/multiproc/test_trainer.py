@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -16,20 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.multiproc.conftest import clean_environ
 
 pytestmark = pytest.mark.multiproc
 
 
-def _clean_environ() -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_"))
-            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    return {**keep, "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
 def _launch(nproc: int, mode: str, out: Path) -> dict[str, Any]:
     result = subprocess.run([sys.executable, "-m", "torchslurm", "run", "--nproc", str(nproc), __file__, mode,
-                             str(out)], capture_output=True, text=True, timeout=300, env=_clean_environ())
+                             str(out)], capture_output=True, text=True, timeout=300, env=clean_environ())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     data: dict[str, Any] = json.loads((out / "result.json").read_text())
     data["log"] = result.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import signal
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.multiproc.conftest import clean_environ
 
 from torchslurm.train import checkpoint, data
 
@@ -20,14 +20,10 @@ pytestmark = pytest.mark.multiproc
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_"))
-            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
 
 
 def _run(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=300, env=_env(), cwd=cwd)
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=300, env=clean_environ(), cwd=cwd)
 
 
 def test_mnist_example_on_one_process_reads_idx_files(tmp_path: Path) -> None:
@@ -78,7 +74,7 @@ def test_an_example_stops_on_the_preemption_signal_and_the_same_command_resumes(
     """No preemption code in the example: the Trainer's own handles Slurm's warning signal."""
     command = [sys.executable, "-m", "torchslurm", "run", "--nproc", "2", str(EXAMPLES / "simple_model.py"),
                "--epochs", "3", "--batch-size", "8", "log_every=1", f"run_dir={tmp_path / 'run'}"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_environ(),
                             cwd=tmp_path)
     metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
