@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
-from collections.abc import Sequence
 from datetime import datetime
 
 import pytest
+from tests.unit.train.conftest import Recorder
 
-from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.runtime.distenv import DistEnv
+from torchslurm.errors import ConfigError
 from torchslurm.train.preemption import (
     MAX_CHECK_EVERY,
     PREEMPTED_EXIT_CODE,
@@ -23,115 +21,6 @@ from torchslurm.train.preemption import (
     check_interval,
     preemption_config,
 )
-from torchslurm.train.requeue import (
-    RequeuePlan,
-    job_end_time,
-    parse_end_time,
-    plan_requeue,
-    requeue,
-    requeue_target,
-    requeues_after_failure,
-)
-
-SCONTROL_JOB = (
-    "JobId=57 JobName=train UserId=root(0) JobState=RUNNING Reason=None Requeue=1 Restarts=2 "
-    "RunTime=00:00:12 TimeLimit=00:01:00 SubmitTime=2026-11-25T22:40:00 StartTime=2026-11-25T22:40:03 "
-    "EndTime=2026-11-25T22:41:03 Deadline=N/A NodeList=node[1-2] NumNodes=2"
-)
-
-
-class Recorder:
-    """A fake Slurm command runner: records argv, answers with a fixed result."""
-
-    def __init__(self, returncode: int = 0, stdout: str = "", stderr: str = "") -> None:
-        self.calls: list[list[str]] = []
-        self.result = (returncode, stdout, stderr)
-
-    def __call__(self, argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-        self.calls.append(list(argv))
-        return subprocess.CompletedProcess(list(argv), *self.result)
-
-
-def test_array_task_is_requeued_as_jobid_taskid() -> None:
-    env = {"SLURM_JOB_ID": "1043", "SLURM_ARRAY_JOB_ID": "1040", "SLURM_ARRAY_TASK_ID": "3"}
-    assert requeue_target(env) == "1040_3"
-    assert requeue_target({"SLURM_JOB_ID": "77"}) == "77"
-    assert requeue_target({}) is None
-
-
-@pytest.mark.parametrize(("restarts", "target"), [(None, "77"), ("0", "77"), ("2", "77"), ("3", None), ("9", None)])
-def test_requeue_budget_is_read_against_restart_count(restarts: str | None, target: str | None) -> None:
-    env = {"SLURM_JOB_ID": "77"} | ({"SLURM_RESTART_COUNT": restarts} if restarts else {})
-    plan = plan_requeue(env, max_requeues=3, wanted=True)
-    assert plan.target == target
-    if target is None:
-        assert plan.reason == f"SLURM_RESTART_COUNT={restarts} has reached max_requeues=3"
-    else:
-        assert plan.reason == f"restart {int(restarts or 0) + 1} of at most 3"
-
-
-def test_sigterm_stop_and_no_slurm_never_requeue() -> None:
-    assert plan_requeue({"SLURM_JOB_ID": "5"}, 3, wanted=False).target is None
-    assert "SIGTERM" in plan_requeue({"SLURM_JOB_ID": "5"}, 3, wanted=False).reason
-    outside = RequeuePlan(None, "not a Slurm job (no SLURM_JOB_ID): nothing to requeue")
-    assert plan_requeue({}, 3, wanted=True) == outside
-    assert plan_requeue({"SLURM_JOB_ID": "5"}, 0, wanted=True).target is None
-
-
-@pytest.mark.parametrize(("launcher", "local_rank", "restarts", "expected"), [
-    ("srun", 0, (0, 0), True), ("srun", 1, (0, 0), False),
-    ("torchrun", 0, (0, 1), False),  # the agents restart the workers
-    ("torchrun", 0, (1, 1), True),   # they have no restarts left
-    ("torchrun", 0, (0, 0), True), ("torchrun", 1, (0, 0), False), ("local", 0, (0, 0), False),
-])
-def test_who_requeues_after_a_peer_failure(launcher: str, local_rank: int, restarts: tuple[int, int],
-                                           expected: bool) -> None:
-    env = DistEnv(rank=2 + local_rank, local_rank=local_rank, world_size=4, local_world_size=2, node_rank=1,
-                  num_nodes=2, master_addr="n1", master_port=1234, launcher=launcher, job_id="7", reason="",
-                  restart_count=restarts[0], max_restarts=restarts[1])
-    assert requeues_after_failure(env) is expected
-
-
-def test_bad_restart_count_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"SLURM_RESTART_COUNT='x' is not a count"):
-        plan_requeue({"SLURM_JOB_ID": "5", "SLURM_RESTART_COUNT": "x"}, 3, wanted=True)
-
-
-def test_requeue_runs_scontrol_and_reports_refusal() -> None:
-    ok = Recorder()
-    requeue(RequeuePlan("1040_3", "restart 1 of at most 3"), ok)
-    assert ok.calls == [["scontrol", "requeue", "1040_3"]]
-    requeue(RequeuePlan(None, "budget"), ok)
-    assert len(ok.calls) == 1
-    refused = Recorder(1, stderr="scontrol_requeue error: Requested operation is presently disabled")
-    expected = r"`scontrol requeue 9` failed \(1\): .*presently disabled\. HINT: .*--requeue"
-    with pytest.raises(SlurmError, match=expected):
-        requeue(RequeuePlan("9", "x"), refused)
-
-
-def test_scontrol_ended_by_the_requeues_own_sigterm_counts_as_requeued() -> None:
-    """Slurm stops the run at once when it accepts the requeue; scontrol may get that SIGTERM first."""
-    requeue(RequeuePlan("17", "restart 1 of at most 3"), Recorder(-15))
-    with pytest.raises(SlurmError, match=r"`scontrol requeue 17` failed \(-9\)"):
-        requeue(RequeuePlan("17", "x"), Recorder(-9))
-
-
-def test_end_time_sources_in_order() -> None:
-    assert job_end_time({"TORCHSLURM_END_TIME": "100", "SLURM_JOB_END_TIME": "200"}) == 100.0
-    assert job_end_time({"SLURM_JOB_END_TIME": "200", "SLURM_JOB_ID": "57"}, Recorder()) == 200.0
-    scontrol = Recorder(stdout=SCONTROL_JOB)
-    expected = datetime(2026, 11, 25, 22, 41, 3).timestamp()
-    assert job_end_time({"SLURM_JOB_ID": "57"}, scontrol) == expected
-    assert scontrol.calls == [["scontrol", "show", "job", "-o", "57"]]
-    assert job_end_time({"SLURM_JOB_ID": "57"}) is None  # no runner: never asks slurmctld
-    assert job_end_time({"SLURM_JOB_ID": "57"}, Recorder(1, stderr="Invalid job id")) is None
-    with pytest.raises(ConfigError, match=r"SLURM_JOB_END_TIME='soon' is not unix seconds"):
-        job_end_time({"SLURM_JOB_END_TIME": "soon"})
-
-
-def test_parse_end_time_unknown() -> None:
-    assert parse_end_time("JobId=1 EndTime=Unknown Deadline=N/A") is None
-    assert parse_end_time("JobId=1") is None
 
 
 def test_config_from_environ_and_validation() -> None:
@@ -238,3 +127,22 @@ def test_refused_requeue_still_exits_preempted(caplog: pytest.LogCaptureFixture)
     assert stop.should_stop()
     assert stop.finish(rank=0) == PREEMPTED_EXIT_CODE
     assert "`scontrol requeue 8` failed (1): Job is not requeueable" in caplog.text
+
+
+def test_rank_0_asks_slurm_for_the_deadline_once_when_installing() -> None:
+    scontrol = Recorder(stdout="JobId=57 EndTime=2026-11-25T22:41:03")
+    stop = Preemption(PreemptionConfig(grace_s=60), environ={"SLURM_JOB_ID": "57"}, run=scontrol, ask_deadline=True)
+    assert scontrol.calls == []  # nothing asked at construction
+    with stop:
+        pass
+    with stop:
+        pass
+    assert scontrol.calls == [["scontrol", "show", "job", "-o", "57"]]
+    assert stop.config.deadline == datetime(2026, 11, 25, 22, 41, 3).timestamp() - 60
+
+
+def test_a_known_end_time_is_not_asked_for() -> None:
+    scontrol = Recorder()
+    with Preemption(PreemptionConfig(end_time=100.0), environ={"SLURM_JOB_ID": "57"}, run=scontrol, ask_deadline=True):
+        pass
+    assert scontrol.calls == []
