@@ -32,21 +32,21 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(JobSpec):
         if f.name in ("script", "args"):
             continue
-        flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
+        option, kind = flag(f.name), str(f.type)
         doc = jobspec.field_help(f.name).replace("%", "%%")  # argparse %-formats help strings (`%x-%j.out`)
         if f.name in PREEMPTION_FIELDS:
             doc += " Given as a flag, it turns on --preemptible (unless --no-preemptible)."
         if kind == "bool":
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=doc)
+            group.add_argument(option, action=argparse.BooleanOptionalAction, default=None, help=doc)
         elif kind.startswith("tuple"):
-            group.add_argument(flag, action="append", metavar="LINE", help=doc + " (repeatable)")
+            group.add_argument(option, action="append", metavar="LINE", help=doc + " (repeatable)")
         elif kind.startswith("Mapping"):
-            group.add_argument(flag, action="append", metavar="KEY=VALUE", help=doc + " (repeatable)")
+            group.add_argument(option, action="append", metavar="KEY=VALUE", help=doc + " (repeatable)")
         elif f.name in CHOICES:  # not argparse's choices=: jobspec's own message, and signal takes any case
-            group.add_argument(flag, default=None, metavar="{" + ",".join(CHOICES[f.name]) + "}", help=doc)
+            group.add_argument(option, default=None, metavar="{" + ",".join(CHOICES[f.name]) + "}", help=doc)
         else:
             conv = int if kind.startswith("int") else float if kind.startswith("float") else str
-            group.add_argument(flag, type=conv, default=None, metavar=f.name.upper(), help=doc)
+            group.add_argument(option, type=conv, default=None, metavar=f.name.upper(), help=doc)
     parser.add_argument("--slurm-version", default=None, metavar="VERSION",
                         help="check GPU flags against this Slurm version (e.g. 22.05), as printed by sbatch --version")
     parser.add_argument("--force", action="store_true", help="go on despite errors in the spec")
@@ -56,7 +56,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 # Arguments after the script are the script's (as with srun and torchrun). These spec flags are
 # Slurm's and almost never a training script's own, so one of them there is a misplaced flag.
-_SLURM_FLAGS = frozenset("--" + name.replace("_", "-") for name in (
+_SLURM_FLAGS = frozenset(flag(name) for name in (
     "nodes", "gpus_per_node", "tasks_per_node", "nproc_per_node", "cpus_per_task", "mem", "time", "partition",
     "account", "qos", "constraint", "nodelist", "exclude", "preemptible", "requeue", "max_requeues", "gpu_flag",
     "per_rank_output", "spec", "slurm_version", "no_preemptible", "no_requeue", "no_per_rank_output", "array",

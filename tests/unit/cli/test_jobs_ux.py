@@ -273,3 +273,24 @@ def test_spec_errors_name_spec_file_keys_as_keys(tmp_path: Path, monkeypatch: py
             "with --tasks-per-node 1.") in err
     assert ("warning: [gloo-with-gpu] backend=gloo with gpus_per_node=4: gradients go through CPU memory, much "
             "slower than NCCL. HINT: use backend: auto (NCCL on GPUs).") in err  # set in the file: a key
+
+
+def test_the_spec_file_is_read_once_per_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from torchslurm.jobs import spec as jobspec
+
+    reads: list[Path] = []
+    read_file = jobspec.read_file
+    monkeypatch.setattr(jobspec, "read_file", lambda path: reads.append(path) or read_file(path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    (tmp_path / "s.yaml").write_text("script: t.py\npreemptible: false\ngrace_s: 200\n")
+    assert main(["script", "--spec", "s.yaml", "--no-requeue", "--nodes", "0"]) == 2  # an invalid spec
+    assert main(["script", "--spec", "s.yaml", "--no-requeue"]) == 0  # preemption-off names the file's keys
+    assert "grace_s (in s.yaml), --no-requeue take effect only" in capsys.readouterr().err
+    assert reads == [Path("s.yaml"), Path("s.yaml")]
+
+
+def test_spec_flags_show_the_field_help() -> None:
+    assert _help("script", "--nodes") == "Number of nodes (`--nodes`)."
+    assert _help("submit", "--output") == "stdout file pattern of the job (`--output`); `%%x` job name, `%%j` job id."
