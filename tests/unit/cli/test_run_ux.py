@@ -1,5 +1,5 @@
-"""Inputs that used to be accepted and then fail late (or with a traceback): each is refused up front,
-with what was given, what was expected and a HINT, before any rank starts (also for --dry-run)."""
+"""Inputs that would fail late in every rank (or with a traceback): each is refused up front, with what
+was given, what was expected and a HINT, before any rank starts (also for --dry-run)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureF
     return run
 
 
-# ---- finding 1: numeric flags of `run` ------------------------------------------------------------
+# ---- numeric flags of `run` ------------------------------------------------------------
 
 def test_negative_max_restarts_is_refused_before_anything_starts(cli: Run) -> None:
     code, out, err = cli("run", "--max-restarts", "-1", "--nproc", "1", "ok.py")
@@ -80,7 +80,7 @@ def test_zero_max_restarts_and_a_script_are_accepted(cli: Run) -> None:
     assert code == 0 and out.splitlines()[1].endswith(" ok.py --lr 1")
 
 
-# ---- finding 2: the script must be a file --------------------------------------------------------
+# ---- the script must be a file --------------------------------------------------------
 
 @pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
 def test_a_directory_is_not_a_script(cli: Run, dry_run: list[str]) -> None:
@@ -103,7 +103,7 @@ def test_a_folder_with_main_runs_like_python_runs_it(cli: Run, tmp_path: Path) -
     assert cli("run", "--dry-run", "adir")[0] == 0
 
 
-# ---- finding 6: bare `run` -----------------------------------------------------------------------
+# ---- bare `run` -----------------------------------------------------------------------
 
 def test_bare_run_asks_only_for_the_script(cli: Run) -> None:
     code, _, err = cli("run")
@@ -118,7 +118,7 @@ def test_script_arguments_still_pass_through(cli: Run) -> None:
 
 
 
-# ---- finding 3: `torchslurm train` settings the ranks would trip over after their start-up ---------
+# ---- `torchslurm train` settings the ranks would trip over after their start-up ---------
 
 RESUME_HINT = ("HINT: resume=auto continues from the newest checkpoint in run_dir (resume=never starts afresh), "
                "or name one: resume=runs/demo/checkpoints/step-000000100.")
@@ -199,7 +199,7 @@ def test_train_defaults_pass_the_preflight(cli: Run) -> None:
     assert code == 0 and "run_dir=new/deeper" in out
 
 
-# ---- finding 4: doctor's --timeout and --nproc ----------------------------------------------------
+# ---- doctor's --timeout and --nproc ----------------------------------------------------
 
 @pytest.fixture
 def doctor_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -238,7 +238,7 @@ def test_doctor_help_says_nproc_implies_ranks(cli: Run) -> None:
     assert code == 0 and "implies --ranks" in " ".join(out.split())
 
 
-# ---- finding 5: bench --json is checked first, and results are never lost -------------------------
+# ---- bench --json is checked first, and results are never lost -------------------------
 
 BENCH_HINT = "HINT: give a file in an existing folder you can write to, e.g. --json bench.json.\n"
 
@@ -273,7 +273,7 @@ def test_bench_results_are_printed_when_writing_them_fails(tmp_path: Path,
                    "printed above as JSON instead. " + BENCH_HINT)
 
 
-# ---- finding 7: the Trainer's opening lines ---------------------------------------------------------
+# ---- the Trainer's opening lines ---------------------------------------------------------
 
 @pytest.mark.parametrize("epochs, scaling, expected", [
     (1, "none", "run_dir runs/x: 1 epoch, batch_size 8 per rank, lr 0.05"),

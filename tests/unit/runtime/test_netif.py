@@ -253,7 +253,7 @@ dist.destroy_process_group()
 @pytest.mark.cluster
 @needs_root
 def test_gloo_all_reduce_across_nodes_with_debian_hosts_entry(two_nodes: dict[str, str], tmp_path: Path) -> None:
-    """Pitfall 2 for real: the master's name is 127.0.1.1 on the master; with the interface chosen by
+    """A Debian-style /etc/hosts for real: the master's name is 127.0.1.1 on the master; with the interface chosen by
     netif, Gloo binds ens1f0 there and enp65s0f1 on the other node, and the all_reduce completes."""
     ranks = [_on_node(two_nodes, host, _hosts(tmp_path, host, debian_style=True), GLOO_RANK.format(rank=rank))
              for rank, host in enumerate(("nodea1", "nodea2"))]
