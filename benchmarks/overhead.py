@@ -1,4 +1,4 @@
-"""Trainer overhead: torchslurm's Trainer against hand-written seed-style DDP loops.
+"""Trainer overhead: torchslurm's Trainer against hand-written DDP loops.
 
 Same model (SimpleConvNet 8×8), data (digits), seed, batch size and optimizer; 2 Gloo ranks.
 Every round builds each loop afresh (model, DDP, optimizer — so each pays DDP's first-step
@@ -8,7 +8,7 @@ optimizer step (data loading, forward, backward, all-reduce, step — not valida
 checkpointing), the best epoch (least disturbed by other load), and the ratios.
 
 - bare: zero_grad / forward / loss / backward / step, nothing else;
-- seed-style: the same plus seed 002's metrics (loss.item(), correct count per batch, one
+- with metrics: the same plus the classic script's metrics (loss.item(), correct count per batch, one
   all_reduce per epoch) — what the Trainer also computes.
 
     python benchmarks/overhead.py [--rounds 13] [--batch-size 32]
@@ -32,7 +32,7 @@ from typing import Any
 
 
 def hand_written_epoch(ctx: Any, train: Any, batch_size: int, epoch: int, metrics: bool) -> float:
-    """Seed 002's DDP loop for one epoch, built from scratch; seconds spent in the epoch's loop."""
+    """A classic DDP loop for one epoch, built from scratch; seconds spent in the epoch's loop."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -97,7 +97,7 @@ def rank_main(rounds: int, batch_size: int) -> None:
         steps = math.ceil(len(DistributedSampler(train, ctx.world_size, ctx.rank)) / batch_size)
         loops: dict[str, Callable[[int], float]] = {
             "hand-written, bare": lambda r: hand_written_epoch(ctx, train, batch_size, r, metrics=False),
-            "hand-written, seed-style": lambda r: hand_written_epoch(ctx, train, batch_size, r, metrics=True),
+            "hand-written, with metrics": lambda r: hand_written_epoch(ctx, train, batch_size, r, metrics=True),
             "torchslurm Trainer": lambda r: trainer_epoch(ctx, train, val, batch_size, r, Path(tmp_name)),
         }
         ms: dict[str, list[float]] = {name: [] for name in loops}
@@ -117,7 +117,7 @@ def report(ms: dict[str, list[float]], steps: int, batch_size: int) -> None:
     print(f"  {'loop':26s} {'median':>8s} {'best':>8s}  ms/step")
     for name, values in ms.items():
         print(f"  {name:26s} {statistics.median(values):8.3f} {min(values):8.3f}")
-    for name in ("hand-written, bare", "hand-written, seed-style"):
+    for name in ("hand-written, bare", "hand-written, with metrics"):
         paired = statistics.median(t / h for t, h in zip(ours, ms[name], strict=True))
         print(f"  Trainer / {name}: median of per-round ratios {paired:.3f}, ratio of bests "
               f"{min(ours) / min(ms[name]):.3f}")

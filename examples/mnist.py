@@ -1,4 +1,4 @@
-"""Seed 002's MNIST training (SimpleConvNet, DDP) with the torchslurm Trainer.
+"""MNIST training (SimpleConvNet, DDP) with the torchslurm Trainer.
 
 The same file runs anywhere, unchanged:
     python examples/mnist.py --data-dir data/mnist                     # one process
@@ -7,7 +7,8 @@ The same file runs anywhere, unchanged:
     srun python examples/mnist.py --data-dir data/mnist                 # inside an sbatch script
 MNIST is read from the four IDX files in --data-dir (default ./data, no download). Without them,
 `dataset=digits` trains the 8×8 variant on scikit-learn's bundled digits.
-Settings: seed 002's flags, --config cfg.yaml|cfg.toml, and key=value (e.g. amp=bf16 resume=never).
+Settings: --epochs --batch-size --lr --data-dir --run-dir, --config cfg.yaml|cfg.toml, and key=value
+(e.g. amp=bf16 resume=never).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 004's SimpleModel (10→50→2) trained with DDP on synthetic data, via the torchslurm Trainer.
+"""SimpleModel (10→50→2) trained with DDP on synthetic data, via the torchslurm Trainer.
 
     python examples/simple_model.py                      # one process
     torchslurm run --nproc 2 examples/simple_model.py    # 2 local ranks (Gloo on CPU)

@@ -30,7 +30,7 @@ class TrainConfig:
     epochs: int = 5
     """Passes over the training data."""
     batch_size: int = 64
-    """Samples per rank per micro-step (the seeds' per-GPU batch size)."""
+    """Samples per rank per micro-step (the per-GPU batch size of a classic DDP script)."""
     lr: float = 0.01
     """Learning rate before lr_scaling; it overrides the optimizer's own lr."""
     lr_scaling: str = "none"

@@ -46,7 +46,7 @@ def digits(val_fraction: float = 0.2, split_seed: int = 0) -> Split:
 def synthetic(num_samples: int = 4096, shape: Sequence[int] = (10,), num_classes: int = 2,
               val_fraction: float = 0.2, seed: int = 0) -> Split:
     """Gaussian inputs of any `shape`; labels are the argmax of a fixed random projection, so a
-    model can learn them (useful for benchmarks and the seed 004 SimpleModel)."""
+    model can learn them (useful for benchmarks and SimpleModel)."""
     if num_samples < 2 or num_classes < 2 or any(int(d) < 1 for d in shape):
         raise ConfigError(
             f"synthetic data with num_samples={num_samples}, shape={tuple(shape)}, "

@@ -1,5 +1,5 @@
-"""The seeds' models: SimpleConvNet (seed 002, MNIST 28×28, plus an 8×8 variant for digits) and
-SimpleModel (seed 004, 10→50→2)."""
+"""The examples' models: SimpleConvNet (MNIST 28×28, plus an 8×8 variant for digits) and
+SimpleModel (10→50→2)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torchslurm.errors import ConfigError, not_one_of
 
 
 class SimpleConvNet(nn.Module):
-    """Two 3×3 convolutions, max-pool, dropout, two linear layers: the classic MNIST net of seed 002.
+    """Two 3×3 convolutions, max-pool, dropout, two linear layers: the classic MNIST net of PyTorch's DDP examples.
 
     `image_size=28` is the seed's MNIST model (valid convolutions, 9216 features). Small images
     (the 8×8 digits) use padded convolutions so the feature map survives: `SimpleConvNet(8)`.
@@ -44,7 +44,7 @@ class SimpleConvNet(nn.Module):
 
 
 class SimpleModel(nn.Module):
-    """Seed 004's model: 10 inputs → 50 hidden (ReLU) → 2 outputs."""
+    """The toy DDP model: 10 inputs → 50 hidden (ReLU) → 2 outputs."""
 
     def __init__(self, in_features: int = 10, hidden: int = 50, out_features: int = 2) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""TrainConfig + Trainer: the small DDP loop of seeds 002/004, with exact metrics, atomic
+"""TrainConfig + Trainer: the small DDP loop of a classic training script, with exact metrics, atomic
 checkpoints and a bitwise-exact resume.
 
 Determinism: the order of the training data is a pure function of (seed, epoch) — the
@@ -297,7 +297,7 @@ class Trainer:
         return totals(all_reduce_sums(sums))
 
     def _finish_epoch(self, seen: int, elapsed_s: float) -> Totals:
-        """Validate, reduce the epoch's sums, log the seed-style line, write metrics and plot."""
+        """Validate, reduce the epoch's sums, log the per-epoch line, write metrics and plot."""
         val = self.evaluate()
         reduced = all_reduce_sums(torch.cat([self._sums, torch.tensor([float(seen)], dtype=torch.float64,
                                                                        device=self.device)]))

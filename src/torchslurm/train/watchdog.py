@@ -57,7 +57,7 @@ EXIT_DEADLINE_S = 15.0
 """After a failed collective the process is gone within this many seconds, whatever blocks: the
 bound on a hang is the process group timeout + EXIT_DEADLINE_S."""
 DIAGNOSIS_TIMEOUT_S = 2.0
-"""Kept short: srun's --kill-on-bad-exit sends SIGKILL KillWait (30 s by default, as in the sandbox)
+"""Kept short: srun's --kill-on-bad-exit sends SIGKILL KillWait (30 s by default, man slurm.conf)
 after its SIGTERM, and the requeue and the message must come out before that."""
 _BEAT = "torchslurm/heartbeat/{}"
 _FAILURE = "torchslurm/failure/{}"

@@ -22,7 +22,7 @@ with torchslurm.init(timeout_s=60) as ctx:
     if not marker.exists():
         if ctx.rank == 1:
             # Only once rank 0 is out of init's collectives: a rank 0 still inside one would fail
-            # too, its agent would count a failure, and both counts would be 1 (seen under load).
+            # too, its agent would count a failure, and both counts would be 1 (a slow rank 0 makes it happen).
             while not rank0_idle.exists():
                 time.sleep(0.05)
             marker.touch()

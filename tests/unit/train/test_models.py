@@ -11,7 +11,7 @@ def test_convnet_maps_images_to_ten_logits(size: int) -> None:
 
 
 def test_convnet_28_is_the_seed_model() -> None:
-    assert SimpleConvNet(28).fc1.in_features == 9216  # 64 × 12 × 12, as in seed 002
+    assert SimpleConvNet(28).fc1.in_features == 9216  # 64 × 12 × 12, as in the classic MNIST net
 
 
 def test_convnet_rejects_tiny_images() -> None:
