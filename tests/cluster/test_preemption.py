@@ -3,7 +3,7 @@ jobs from torchslurm's own sbatch renderer (preemptible: --signal=USR2@grace, --
 
 Every interrupted run is compared, bitwise, with one uninterrupted run of the same training.
 Requeued jobs wait 120 s in PENDING (BeginTime); tests hurry them with
-`scontrol update JobId=J StartTime=now` (slurm-lab.md section 6).
+`scontrol update JobId=J StartTime=now` (scontrol(1): StartTime of a pending job).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def drive(cluster: Cluster, job: str, timeout_s: float = 150) -> tuple[str, int]
         # Not in the second of the requeue: slurmd revoked the old run's credential then, and a start
         # within the same second is refused ("Killing non-startable batch job: Job credential revoked",
         # the job ends FAILED). Then again and again: an update while the old run is still completing
-        # is accepted but has no effect (slurm-lab.md section 6).
+        # is accepted but has no effect.
         if waiting and time.monotonic() - (requeued or 0) > 2 and time.monotonic() - hurried > 1:
             cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
             hurried = time.monotonic()
