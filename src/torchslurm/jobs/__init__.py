@@ -1,2 +1,3 @@
-"""Jobs on a login node, without torch: a JobSpec (`spec`), its findings, the rendered sbatch
-script (`sbatch`), the one seam that runs Slurm commands (`slurm`) and submission (`submit`)."""
+"""Jobs on a login node, without torch: a JobSpec (`spec`), how messages name its fields
+(`spelling`), its findings, the rendered sbatch script (`sbatch`), the one seam that runs Slurm
+commands (`slurm`) and submission (`submit`)."""
