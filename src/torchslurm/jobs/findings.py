@@ -8,6 +8,7 @@ hand-written scripts with the same `Finding`. Pure: the Slurm version is passed 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -34,6 +35,13 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.severity}: [{self.code}] {render(self.message, self.hint)}"
+
+
+def log_dir_missing(option: str, value: str, folder: str) -> Finding:
+    """[log-dir]: the folder of `--option=value` may not exist, and Slurm does not create it (sbatch(1),
+    --output): the job then fails before printing anything. Said by `lint` and by `script`."""
+    return Finding("warning", "log-dir", f"--{option}={value}: Slurm does not create {folder}/; if it is missing "
+                   "the job fails before printing anything.", f"mkdir -p {shlex.quote(folder)} before sbatch.")
 
 
 def by_severity(findings: Iterable[Finding]) -> list[Finding]:

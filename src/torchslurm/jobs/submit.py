@@ -9,14 +9,13 @@ import dataclasses
 import getpass
 import logging
 import re
-import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.jobs.findings import Finding, validate
+from torchslurm.jobs.findings import Finding, log_dir_missing, validate
 from torchslurm.jobs.sbatch import rank_output, render
 from torchslurm.jobs.slurm import JobStatus, SlurmClient
 from torchslurm.jobs.spec import JobSpec
@@ -118,10 +117,8 @@ def log_dirs(spec: JobSpec, base: Path) -> dict[str, Path]:
 def missing_log_dirs(spec: JobSpec, cwd: Path) -> list[Finding]:
     """A warning for each log folder that does not exist: Slurm does not create it (what `torchslurm
     lint` says of a script, [log-dir]). For `script`; `submit` creates them instead (`prepare`)."""
-    return [Finding("warning", "log-dir",
-                    f"--{key}={getattr(spec, key)}: Slurm does not create {path}/; if it is missing the job "
-                    "fails before printing anything.", f"mkdir -p {shlex.quote(str(path))} before sbatch")
-            for key, path in log_dirs(spec, cwd).items() if not path.is_dir()]
+    return [log_dir_missing(key, getattr(spec, key), str(path)) for key, path in log_dirs(spec, cwd).items()
+            if not path.is_dir()]
 
 
 def submit(spec: JobSpec, run_dir: Path | str | None = None, client: SlurmClient | None = None,

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import difflib
 import re
-import shlex
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from torchslurm.errors import ConfigError
-from torchslurm.jobs.findings import Finding, by_severity
+from torchslurm.jobs.findings import Finding, by_severity, log_dir_missing
 from torchslurm.jobs.spec import parse_time
 from torchslurm.lint.launch import (
     check_launches,
@@ -288,7 +287,5 @@ def _check_output_dir(s: Script, path_exists: Callable[[str], bool] | None) -> l
     for key in ("output", "error"):
         parent = str(PurePosixPath(s.directives.get(key, "x")).parent)
         if parent not in (".", "") and "%" not in parent and (path_exists is None or not path_exists(parent)):
-            out.append(Finding("warning", "log-dir",
-                               f"--{key}={s.directives[key]}: Slurm does not create {parent}/; if it is missing the "
-                               "job fails before printing anything.", f"mkdir -p {shlex.quote(parent)} before sbatch."))
+            out.append(log_dir_missing(key, s.directives[key], parent))
     return out

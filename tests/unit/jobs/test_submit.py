@@ -88,7 +88,7 @@ def test_log_dirs_and_the_missing_ones(tmp_path: Path) -> None:
     assert log_dirs(spec, tmp_path) == {"output": tmp_path / "out"}  # err/%x/: Slurm fills it in
     (warning,) = missing_log_dirs(spec, tmp_path)
     assert (warning.severity, warning.code) == ("warning", "log-dir")
-    assert warning.hint == f"mkdir -p {tmp_path}/out before sbatch"
+    assert warning.hint == f"mkdir -p {tmp_path}/out before sbatch."
     (tmp_path / "out").mkdir()
     assert missing_log_dirs(spec, tmp_path) == []
     assert log_dirs(JobSpec(script="t.py"), tmp_path) == {}  # the default writes into the submit directory
