@@ -42,19 +42,18 @@ class ConfigError(TorchSlurmError, ValueError):
         self.problems: tuple[ConfigError, ...] = tuple(problems) or (self,)
 
     @classmethod
-    def combined(cls, problems: Sequence[ConfigError | str]) -> ConfigError:
+    def combined(cls, problems: Sequence[ConfigError]) -> ConfigError:
         """One error for every invalid value, each on its own line, so that all are fixed in one go."""
         assert problems, "combined() needs at least one problem"
-        errors = [p if isinstance(p, ConfigError) else cls(p) for p in problems]  # TODO(house): errors only
-        if len(errors) == 1:
-            return errors[0]
-        lines = "\n  ".join(str(p) for p in errors)
-        return cls(f"{len(errors)} invalid settings:\n  {lines}", problems=errors)
+        if len(problems) == 1:
+            return problems[0]
+        lines = "\n  ".join(str(p) for p in problems)
+        return cls(f"{len(problems)} invalid settings:\n  {lines}", problems=problems)
 
     @classmethod
-    def raise_any(cls, problems: Iterable[ConfigError | str | None]) -> None:
+    def raise_any(cls, problems: Iterable[ConfigError | None]) -> None:
         """Raise `combined` of the problems found (None: that check passed); nothing when none were."""
-        found = [p for p in problems if p]
+        found = [p for p in problems if p is not None]
         if found:
             raise cls.combined(found)
 

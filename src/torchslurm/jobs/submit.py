@@ -127,8 +127,8 @@ def submit(spec: JobSpec, run_dir: Path | str | None = None, client: SlurmClient
     errors = [f for f in [*script_missing(spec, Path.cwd(), True), *validate(spec, slurm_version)]
               if f.severity == "error"]
     if errors and not force:
-        raise ConfigError("the job spec has errors:\n  " + "\n  ".join(str(f) for f in errors) + "\n",
-                          "fix them (or pass force=True / --force to submit anyway).")
+        raise ConfigError(f"the job spec has {len(errors)} error(s):\n  " + "\n  ".join(str(f) for f in errors)
+                          + "\nNothing was submitted.", "fix them (or pass force=True / --force to submit anyway).")
     client = client or SlurmClient()
     directory = Path(run_dir) if run_dir is not None else Path("torchslurm-runs") / spec.name
     directory.mkdir(parents=True, exist_ok=True)

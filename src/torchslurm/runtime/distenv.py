@@ -134,7 +134,7 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
         node_rank=node_rank, num_nodes=num_nodes, master_addr=environ["MASTER_ADDR"],
-        master_port=_port(environ["MASTER_PORT"]), launcher="torchrun", job_id=_job_id(environ),
+        master_port=_port(environ["MASTER_PORT"]), launcher="torchrun", job_id=slurm_job_id(environ),
         reason=f"{who}: RANK={rank} of WORLD_SIZE={world}, master "
                f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}.",
         agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
@@ -166,7 +166,7 @@ def from_open_mpi(environ: Mapping[str, str], free_port: Callable[[], int]) -> D
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
         node_rank=_int(prefix + "NODE_RANK", environ.get(prefix + "NODE_RANK", str(rank // local_world))),
         num_nodes=-(-world // local_world), master_addr=master,
-        master_port=_master_port(environ, free_port), launcher="mpi", job_id=_job_id(environ),
+        master_port=_master_port(environ, free_port), launcher="mpi", job_id=slurm_job_id(environ),
         reason=f"mpirun (Open MPI) rank {rank} of {world}, master {master}.",
     )
 
@@ -197,8 +197,8 @@ def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
         node_rank=node_rank, num_nodes=num_nodes, master_addr=master, master_port=port,
-        launcher="srun", job_id=_job_id(environ),
-        reason=f"srun task {rank} of {world} in step {_job_id(environ)}.{environ['SLURM_STEP_ID']} "
+        launcher="srun", job_id=slurm_job_id(environ),
+        reason=f"srun task {rank} of {world} in step {slurm_job_id(environ)}.{environ['SLURM_STEP_ID']} "
                f"on {num_nodes} node(s); rank 0 runs on {master}.",
     )
 
@@ -220,8 +220,8 @@ def from_allocation_shell(environ: Mapping[str, str], free_port: Callable[[], in
     return DistEnv(
         rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, num_nodes=1,
         master_addr=environ.get("MASTER_ADDR", "127.0.0.1"), master_port=_master_port(environ, free_port),
-        launcher="batch", job_id=_job_id(environ),
-        reason=f"inside Slurm job {_job_id(environ)} but not in an srun step (sbatch or salloc shell): "
+        launcher="batch", job_id=slurm_job_id(environ),
+        reason=f"inside Slurm job {slurm_job_id(environ)} but not in an srun step (sbatch or salloc shell): "
                "a single process.",
         warnings=warnings,
     )
@@ -324,7 +324,8 @@ def _master_port(environ: Mapping[str, str], free_port: Callable[[], int]) -> in
     return free_port()
 
 
-def _job_id(environ: Mapping[str, str]) -> str | None:
+def slurm_job_id(environ: Mapping[str, str]) -> str | None:
+    """SLURM_JOB_ID, or ARRAYJOBID_TASKID for an array task (the form scontrol and squeue accept)."""
     if "SLURM_ARRAY_JOB_ID" in environ and "SLURM_ARRAY_TASK_ID" in environ:
         return f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
     return environ.get("SLURM_JOB_ID")

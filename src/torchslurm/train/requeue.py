@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.jobs.slurm import run_command_status
-from torchslurm.runtime.distenv import _job_id
+from torchslurm.runtime.distenv import slurm_job_id
 
 if TYPE_CHECKING:
     from torchslurm.runtime.distenv import DistEnv
@@ -64,7 +64,7 @@ def parse_end_time(scontrol_text: str) -> float | None:
 def requeue_target(environ: Mapping[str, str]) -> str | None:
     """What `scontrol requeue` needs: JOBID, or ARRAYJOBID_TASKID for an array task (requeueing
     SLURM_JOB_ID of an array task works too, but the array form is what squeue shows)."""
-    return _job_id(environ) or None
+    return slurm_job_id(environ) or None
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,8 @@ def test_submit_refuses_a_spec_with_errors(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     (tmp_path / "t.py").write_text("")
     run = FakeRun({"sbatch": (0, "42\n", "")})
-    with pytest.raises(ConfigError, match=r"^the job spec has errors:\n  error: \[nccl-without-gpu\] .*\n HINT: fix "
+    with pytest.raises(ConfigError, match=r"^the job spec has 1 error\(s\):\n  error: \[nccl-without-gpu\] .*\n"
+                                          r"Nothing was submitted\. HINT: fix "
                                           r"them \(or pass force=True"):
         submit(JobSpec(script="t.py", backend="nccl"), client=SlurmClient(run=run))
     assert run.calls == [] and not (tmp_path / "torchslurm-runs").exists()
