@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import torch
+from tests.multiproc.conftest import NETWORK, weights
 
 from torchslurm.jobs.sbatch import render
 from torchslurm.jobs.spec import JobSpec
@@ -32,7 +33,6 @@ pytestmark = pytest.mark.cluster
 SCRIPT = Path(__file__).parent.parent / "multiproc" / "scripts" / "preempt_train.py"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "mnist.py"
 TRAINING = ("epochs=2", "samples=2000", "batch_size=16")  # 4 ranks: 25 optimizer steps per epoch
-NETWORK = ("net1.weight", "net1.bias", "net2.weight", "net2.bias")
 # Process group timeout of these jobs: the bound on how long a rank may hang, and how long ranks wait
 # in init for their peers, well above the 4-20 s a rank takes to start on this loaded machine. The
 # failures here are seen through closed connections, so a long bound costs no time.
@@ -127,11 +127,6 @@ def unstick(cluster: Cluster, node: str) -> None:
             cluster.run(["scontrol", "reconfigure"])
             return
         time.sleep(0.5)
-
-
-def weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(run_dir / "final.pt", weights_only=True)
-    return {k: state[k] for k in NETWORK}
 
 
 class Reference:
