@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.multiproc.conftest import clean_environ
 
 pytestmark = pytest.mark.multiproc
 
 
-
-
 def _launch(nproc: int, mode: str, out: Path) -> dict[str, Any]:
+    from tests.multiproc.conftest import clean_environ  # here: this file is also the ranks' script, run bare
+
     result = subprocess.run([sys.executable, "-m", "torchslurm", "run", "--nproc", str(nproc), __file__, mode,
                              str(out)], capture_output=True, text=True, timeout=300, env=clean_environ())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]

@@ -102,12 +102,15 @@ def module_problem(name: str) -> ConfigError | None:
                        "the current directory.")
 
 
-def cuda_device_count() -> int:
-    """Visible GPUs, without importing torch when CUDA cannot be there (a CPU node, a login node)."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or not os.path.exists("/dev/nvidiactl"):
+def cuda_device_count(environ: Mapping[str, str] = os.environ, device_node: str = "/dev/nvidiactl") -> int:
+    """Visible GPUs, without importing torch when CUDA cannot be there (a CPU node, a login node).
+    0 where torch is not installed (a GPU login node): whatever the ranks need, planning needs no torch."""
+    if environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or not os.path.exists(device_node):
         return 0
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        return 0
     return int(torch.cuda.device_count())
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,16 @@ def test_script_problem_is_an_error_with_a_hint(tmp_path: Path) -> None:
     assert problem is not None and problem.hint == (
         "give the path of the training script, e.g. `torchslurm run --nproc 2 train.py`.")
     assert script_problem(__file__) is None
+
+
+def test_counting_gpus_on_a_gpu_node_without_torch_is_zero_not_a_crash(
+        without_torch: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    """A GPU login node (the driver's device node exists) where torch is not installed: planning a
+    job (`torchslurm run --dry-run`, the batch shell's srun) must not need torch."""
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    code = ("from torchslurm.runtime.launch import cuda_device_count; "
+            f"print(cuda_device_count({{}}, {str(node)!r}), cuda_device_count({{'CUDA_VISIBLE_DEVICES': ''}}, '/'))")
+    result = without_torch("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "0"]
