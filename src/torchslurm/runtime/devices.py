@@ -60,9 +60,10 @@ def choose_device(
         return DeviceChoice("cpu", -1, f"no CUDA device is visible (CUDA_VISIBLE_DEVICES {shown}); using CPU")
     slot, sharers, view = _slot(environ, local_rank, local_world_size, cuda_device_count)
     if sharers > cuda_device_count or slot >= cuda_device_count:
+        setting = "CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible!r}"
         raise ConfigError(
             f"{sharers} ranks share the {cuda_device_count} CUDA device(s) visible here "
-            f"(CUDA_VISIBLE_DEVICES={visible!r}, {view}); rank slot {slot} has no GPU of its own, and two "
+            f"({setting}, {view}); rank slot {slot} has no GPU of its own, and two "
             "NCCL ranks on one GPU hang or crash.",
             f"request one GPU per rank (--gpus-per-node="
             f"{sharers}, or --gpus-per-task=1), or start {cuda_device_count} rank(s) per node "

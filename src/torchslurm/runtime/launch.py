@@ -233,7 +233,8 @@ def root_cause(exc: object) -> DistributedError:
             "(preempted or near the time limit) after saving a checkpoint.",
             "run the same command again to continue from it (resume=auto).", exit_code=exit_code)
     lines = [f"rank {rank} failed first (host {os.uname().nodename}, pid {first.pid}, {_how(first.exitcode)}); "
-             "its traceback is above in its output."]
+             + ("a killed process leaves no traceback: look for the out-of-memory killer (`dmesg`, the job's "
+                "memory limit) or who sent the signal." if first.exitcode < 0 else "its error is above in its output.")]
     if first.message and first.message != "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html":
         lines.append(str(first.message).strip())
     others = ", ".join(f"rank {r} ({_how(f.exitcode)})" for r, f in failures[1:])

@@ -121,3 +121,9 @@ def test_gpus_on_node_above_visible_count_means_per_task() -> None:
     assert per_task_binding(env, 1) == "SLURM_GPUS_ON_NODE=2 but this task sees 1"
     assert choose_device(env, 1, 2, 1).name == "cuda:0"
 
+
+
+def test_more_ranks_than_gpus_with_cuda_visible_devices_unset_says_unset() -> None:
+    with pytest.raises(ConfigError, match=r"2 ranks share the 1 CUDA device\(s\) visible here \(CUDA_VISIBLE_DEVICES "
+                                          r"unset, "):
+        choose_device({}, local_rank=1, local_world_size=2, cuda_device_count=1)

@@ -15,6 +15,7 @@ from torchslurm.runtime.launch import (
     module_problem,
     nproc_problem,
     plan,
+    root_cause,
     script_problem,
 )
 
@@ -112,3 +113,28 @@ def test_counting_gpus_on_a_gpu_node_without_torch_is_zero_not_a_crash(
     result = without_torch("-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "0"]
+
+
+class _Failure:
+    """What torch's elastic agent reports per failed rank (ProcessFailure's fields that root_cause reads)."""
+
+    def __init__(self, exitcode: int, timestamp: int, pid: int = 4242, message: str = "") -> None:
+        self.exitcode, self.timestamp, self.pid, self.message = exitcode, timestamp, pid, message
+
+
+class _ChildFailed(Exception):
+    def __init__(self, failures: dict[int, _Failure]) -> None:
+        self.failures = failures
+
+
+def test_the_first_failing_rank_is_named_first_with_its_exit_code() -> None:
+    error = root_cause(_ChildFailed({0: _Failure(-15, timestamp=2), 1: _Failure(3, timestamp=1)}))
+    assert error.message.startswith("rank 1 failed first (")
+    assert "exit code 3); its error is above in its output. then: rank 0 (killed by SIGTERM)." in error.message
+    assert error.exit_code == 3 and error.hint is not None and "fix rank 1's error first" in error.hint
+
+
+def test_a_rank_killed_by_a_signal_is_not_said_to_have_a_traceback() -> None:
+    error = root_cause(_ChildFailed({2: _Failure(-9, timestamp=1)}))
+    assert "killed by SIGKILL); a killed process leaves no traceback" in error.message
+    assert "traceback is above" not in str(error)
