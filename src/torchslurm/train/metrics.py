@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,18 +92,19 @@ class MetricsLog:
 
 
 def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:
-    """Loss and accuracy per epoch, and throughput, into one PNG (Agg backend: no display)."""
-    import matplotlib
+    """Loss and accuracy per epoch, and throughput, into one PNG titled with the run's folder.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    matplotlib's object API, not pyplot: it keeps no global state, so a background thread may draw."""
+    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     epochs = [r for r in records if r.get("kind") == "epoch"]
     if not epochs:
         return
     x = [r["epoch"] for r in epochs]
-    fig, (ax_loss, ax_acc, ax_tput) = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig = Figure(figsize=(13, 3.9))
+    ax_loss, ax_acc, ax_tput = fig.subplots(1, 3)
+    fig.suptitle(f"{Path(path).resolve().parent.name}: {len(epochs)} epoch(s)")
     ax_loss.plot(x, [r["train_loss"] for r in epochs], marker="o", label="train")
     ax_loss.plot(x, [r["val_loss"] for r in epochs], marker="o", label="validation")
     ax_loss.set(title="loss", xlabel="epoch")
@@ -119,5 +122,46 @@ def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:
     fig.tight_layout()
     tmp = Path(path).with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=90)
-    plt.close(fig)
     os.replace(tmp, path)
+
+
+class CurvePlotter:
+    """curves.png kept current off the training path: drawn in a background thread at most every
+    `min_interval_s`, and once more on `close()` (the end of fit). Drawing costs 0.3-1 s of CPU
+    (importing matplotlib first); done at each epoch end on rank 0, every other rank waited for it
+    at the next collective. A failed draw is a warning: a plot never stops training."""
+
+    def __init__(self, path: Path, records: Callable[[], Iterable[Mapping[str, Any]]],
+                 min_interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 draw: Callable[[list[Mapping[str, Any]], Path], None] = plot_curves) -> None:
+        self.path, self.min_interval_s = path, min_interval_s
+        self._records, self._clock, self._draw = records, clock, draw
+        self._last = clock()  # nothing in the first interval: a short run draws once, at the end
+        self._stale = False
+        self._thread: threading.Thread | None = None
+
+    def update(self) -> None:
+        """New records exist; drawn now in the background if the last draw is old and finished.
+        The records are read only when a draw starts."""
+        self._stale = True
+        busy = self._thread is not None and self._thread.is_alive()
+        if not busy and self._clock() - self._last >= self.min_interval_s:
+            self._stale, self._last = False, self._clock()
+            self._thread = threading.Thread(target=self._draw_safely, args=(list(self._records()),), daemon=True,
+                                            name="torchslurm-curves")
+            self._thread.start()
+
+    def close(self) -> None:
+        """Wait for a draw in flight, then draw what it did not include."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._stale:
+            self._stale = False
+            self._draw_safely(list(self._records()))
+
+    def _draw_safely(self, records: list[Mapping[str, Any]]) -> None:
+        try:
+            self._draw(records, self.path)
+        except Exception as exc:  # matplotlib missing or broken, disk full: the run is worth more than its plot
+            logger.warning("could not draw %s (training is not affected): %s: %s", self.path,
+                           type(exc).__name__, exc)

@@ -32,7 +32,7 @@ from torchslurm.train import checkpoint
 from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.data import ShardSampler, SkipSampler
-from torchslurm.train.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, plot_curves, totals
+from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, batch_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.topology import topology
@@ -113,6 +113,7 @@ class Trainer:
             should_stop = self._preemption.should_stop
         self.should_stop: Callable[[], bool] = should_stop
         self.log = MetricsLog(config.run_dir / "metrics.jsonl")
+        self.curves = CurvePlotter(config.run_dir / "curves.png", self.log.records)
         self.epoch, self.batches_done, self.global_step = 0, 0, 0
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
         self._last_checkpoint: Path | None = None
@@ -131,6 +132,8 @@ class Trainer:
     def fit(self) -> FitResult:
         """Train for config.epochs (resuming first, as config.resume says)."""
         with ExitStack() as stack:
+            if self.is_main:
+                stack.callback(self.curves.close)
             if self._preemption is not None:
                 self._protect(stack, self._preemption)
             result = self._fit()
@@ -316,7 +319,7 @@ class Trainer:
             "val_samples": val.count, "samples_per_s": rate, "samples_per_s_per_rank": rate / self.topo.world_size,
             "epoch_time_s": elapsed_s, "lr": self.optimizer.param_groups[0]["lr"],
         })
-        plot_curves(self.log.records(), self.config.run_dir / "curves.png")
+        self.curves.update()
         return val
 
     def _checkpoint_due(self) -> bool:

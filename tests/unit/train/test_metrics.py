@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from torchslurm.train.metrics import MetricsLog, Totals, all_reduce_sums, batch_sums, totals
+from torchslurm.train.metrics import (
+    CurvePlotter,
+    MetricsLog,
+    Totals,
+    all_reduce_sums,
+    batch_sums,
+    plot_curves,
+    totals,
+)
 
 
 def test_batch_sums_weigh_the_mean_loss_by_the_batch_and_count_argmax_hits() -> None:
@@ -56,3 +67,76 @@ def test_a_resume_drops_the_records_after_its_checkpoint_step(tmp_path: Path) ->
     log.keep_until(0)  # a fresh start empties the log
     assert log.records() == [] and (tmp_path / "metrics.jsonl").exists()
     assert not (tmp_path / "metrics.jsonl.tmp").exists()  # replaced atomically, nothing left over
+
+
+def _epoch(n: int) -> dict[str, Any]:
+    return {"kind": "epoch", "epoch": n, "train_loss": 1.0 / n, "val_loss": 1.2 / n, "train_accuracy": 0.5,
+            "val_accuracy": 0.4, "samples_per_s": 100.0, "samples_per_s_per_rank": 50.0}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_curves_are_not_drawn_at_an_epoch_end_of_a_short_run_only_once_at_the_end(tmp_path: Path) -> None:
+    records: list[dict[str, Any]] = []
+    drawn: list[list[int]] = []
+    clock = _Clock()
+    plotter = CurvePlotter(tmp_path / "curves.png", lambda: records, min_interval_s=60, clock=clock,
+                           draw=lambda recs, _: drawn.append([r["epoch"] for r in recs]))
+    for n in (1, 2, 3):
+        records.append(_epoch(n))
+        clock.now += 5
+        plotter.update()
+    assert drawn == []  # no epoch end of this 15 s run paid for a plot
+    plotter.close()
+    assert drawn == [[1, 2, 3]]
+    plotter.close()
+    assert drawn == [[1, 2, 3]]  # nothing new: not drawn again
+
+
+def test_a_long_run_redraws_in_the_background_at_most_once_per_interval(tmp_path: Path) -> None:
+    records: list[dict[str, Any]] = []
+    release, started = threading.Event(), threading.Event()
+    drawn: list[list[int]] = []
+
+    def slow_draw(recs: list[Mapping[str, Any]], _: Path) -> None:
+        started.set()
+        release.wait(10)
+        drawn.append([r["epoch"] for r in recs])
+
+    clock = _Clock()
+    plotter = CurvePlotter(tmp_path / "curves.png", lambda: records, min_interval_s=60, clock=clock, draw=slow_draw)
+    records.append(_epoch(1))
+    clock.now = 61
+    plotter.update()  # due: starts a background draw and returns at once
+    assert started.wait(10) and drawn == []
+    records.append(_epoch(2))
+    clock.now = 200
+    plotter.update()  # due, but a draw is in flight: not a second thread, just remembered
+    release.set()
+    plotter.close()
+    assert drawn == [[1], [1, 2]]
+
+
+def test_a_failing_draw_is_a_warning_not_a_failed_run(tmp_path: Path, caplog: Any) -> None:
+    def broken(recs: list[Mapping[str, Any]], path: Path) -> None:
+        raise OSError("No space left on device")
+
+    plotter = CurvePlotter(tmp_path / "curves.png", lambda: [_epoch(1)], draw=broken)
+    plotter.update()
+    plotter.close()
+    assert "could not draw" in caplog.text and "No space left on device" in caplog.text
+
+
+def test_plot_curves_writes_a_png_named_after_the_run(tmp_path: Path) -> None:
+    run = tmp_path / "my-run"
+    run.mkdir()
+    plot_curves([_epoch(1), _epoch(2)], run / "curves.png")
+    png = (run / "curves.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert not (run / "curves.tmp.png").exists()
