@@ -15,34 +15,53 @@ from torchslurm.errors import ConfigError
 if TYPE_CHECKING:
     import yaml
 
-# YAML 1.1's int and float, without base-60 numbers
-_INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$")
-_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+# YAML 1.2's core-schema numbers (decimal, 0o octal, 0x hex; floats with or without a dot, so
+# 3e-4 is a number), with `_` between digits allowed as in TOML and Python.
+_INT = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$")
+_FLOAT = re.compile(r"^(?:[-+]?(?:\.[0-9][0-9_]*|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
                     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
-_NUMBERS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+_REPLACED = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")
+
+
+def _int(text: str) -> int:
+    """Decimal unless it says 0o or 0x: `010` is ten (YAML 1.1 read it as octal 8)."""
+    digits = text.replace("_", "")
+    return int(digits, 0) if digits[:2] in ("0o", "0x") else int(digits, 10)
+
+
+def _float(text: str) -> float:
+    lowered = text.replace("_", "").lower()
+    return float(lowered.replace(".inf", "inf").replace(".nan", "nan"))
 
 
 @functools.cache
 def _loader() -> type[yaml.SafeLoader]:
-    """YAML 1.1 without its base-60 numbers, so that `time: 1:00:00` stays the string Slurm reads
-    (one hour) instead of the integer 3600, which Slurm would read as 3600 minutes. Built on first
-    use: most commands read no file, and importing yaml is a good part of their start-up."""
+    """PyYAML's SafeLoader with YAML 1.2's numbers and no dates. PyYAML implements YAML 1.1, where
+    `seed: 010` is octal 8, `lr: 3e-4` is a string (1.1 floats need a dot), `name: 2024-01-01` is a
+    date and `time: 1:00:00` is the base-60 integer 3600, which Slurm would read as 3600 minutes.
+    Here those are 10, 0.0003, the text 2024-01-01 and the Slurm time written. Built on first use:
+    most commands read no file, and importing yaml is a good part of their start-up."""
     import yaml
 
     class Loader(yaml.SafeLoader):
         pass
 
     Loader.yaml_implicit_resolvers = {  # copies: SafeLoader's own stay as they are
-        first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBERS]
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in _REPLACED]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
     Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    Loader.add_constructor("tag:yaml.org,2002:int",
+                           lambda loader, node: _int(loader.construct_scalar(node)))
+    Loader.add_constructor("tag:yaml.org,2002:float",
+                           lambda loader, node: _float(loader.construct_scalar(node)))
     return Loader
 
 
 def load_yaml(text: str) -> Any:
-    """yaml.safe_load, except that `1:00:00` and `30:00` are strings (Slurm times), not base-60 numbers."""
+    """yaml.safe_load with YAML 1.2's numbers and no dates (see _loader): `3e-4` and `010` are the
+    numbers they look like, `2024-01-01` and `1:00:00` stay text."""
     import yaml
 
     return yaml.load(text, Loader=_loader())  # a SafeLoader: no arbitrary objects

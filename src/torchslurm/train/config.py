@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from torchslurm.configfile import read_mapping, unknown_keys_error
+from torchslurm.configfile import load_yaml, read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError, below_minimum, not_one_of
 
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -251,7 +251,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
             result[name] = text  # verbatim: run_dir=2024-01-01 or resume=007 stay text
             continue
         try:
-            result[name] = yaml.safe_load(text) if text else ""
+            result[name] = load_yaml(text) if text else ""  # YAML 1.2 numbers: lr=1e-3
         except yaml.YAMLError:
             result[name] = text
     return result
