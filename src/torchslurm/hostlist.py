@@ -31,6 +31,7 @@ _MAX_NUMBER = 2**64 - 2
 _SEPARATORS = frozenset(", \t\n")
 _ITEM = re.compile(r"(\d+)(?:-(\d+))?")
 _COUNT = re.compile(r"(\d+)(?:\(x(\d+)\))?")
+_HINT_NAMES = 4  # full names shown in a hint
 _TRAILING_NUMBER = re.compile(r"^(.*?)(\d{1,18})$", re.DOTALL)
 
 
@@ -148,12 +149,16 @@ def _split_tokens(expression: str) -> Iterator[str]:
 def _parse_token(expression: str, text: str) -> _Token:
     pieces = re.split(r"\[([^\]]*)\]", text)
     literals, bodies = tuple(pieces[0::2]), pieces[1::2]
-    if bodies and literals[-1]:
-        # Slurm: after the last ']' only a separator may follow (hostlist.c, "Invalid hostlist").
-        valid = text[: text.rindex("]") + 1]
-        raise _error(expression, f"{literals[-1]!r} follows the last ']' in {text!r}",
-                     f"put the suffix before the brackets or in its own element, e.g. {valid!r}")
     groups = tuple(_parse_group(expression, body) for body in bodies)
+    if bodies and literals[-1]:
+        # Slurm: after the last ']' only a separator may follow (hostlist.c, "Invalid hostlist"), so a
+        # domain or suffix cannot be bracketed: the names must be listed in full.
+        total = _Token(literals, groups).count()
+        first = _Token(literals, tuple(group[:_HINT_NAMES] for group in groups))  # a few names, not billions
+        shown = ",".join(name + literals[-1] for name in _expand_token(first)[:_HINT_NAMES])
+        more = f" and the {total - _HINT_NAMES} others" if total > _HINT_NAMES else ""
+        raise _error(expression, f"{literals[-1]!r} follows the last ']' in {text!r}",
+                     f"Slurm cannot bracket a suffix: list the full names, e.g. {shown!r}{more}")
     return _Token(literals, groups)
 
 

@@ -278,3 +278,25 @@ def test_no_torch_needed(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             check=False, cwd=tmp_path, env={"PYTHONPATH": src})
     assert result.stdout.strip() == "['n1', 'n2']", result.stderr
+
+
+@pytest.mark.parametrize(("expression", "names"), [
+    ("oss[1,2].local", "'oss1.local,oss2.local'."),
+    ("gpu[1-2]-[3-4].ib", "'gpu1-3.ib,gpu1-4.ib,gpu2-3.ib,gpu2-4.ib'."),
+    ("n[1-9]x", "'n1x,n2x,n3x,n4x' and the 5 others."),
+    ("a[1-60000]b[1-60000]c", "'a1b1c,a1b2c,a1b3c,a1b4c' and the 3599999996 others."),
+])
+def test_suffix_hint_lists_full_names_keeping_the_domain(expression: str, names: str) -> None:
+    """Slurm cannot bracket a suffix: the hint lists full names rather than dropping the domain."""
+    with pytest.raises(HostlistError) as caught:
+        expand(expression)
+    assert caught.value.hint == f"Slurm cannot bracket a suffix: list the full names, e.g. {names}"
+
+
+@pytest.mark.parametrize("expression", ["oss[1,2].local", "n[3-1]", "n[1-3]x", "n[ 1-3]", "n[a]x", "n[1-3"])
+def test_every_example_in_a_hint_is_itself_valid(expression: str) -> None:
+    with pytest.raises(HostlistError) as caught:
+        expand(expression)
+    examples = re.findall(r"e\.g\. '([^']*)'", caught.value.hint or "")
+    for example in examples:
+        assert expand(example)
