@@ -7,6 +7,7 @@ mpirun, an srun task, an sbatch/salloc shell not started by srun, then a plain l
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from torchslurm import hostlist
 from torchslurm.errors import EnvError, HostlistError
 
 LAUNCHERS = ("torchrun", "mpi", "srun", "batch", "local")
+LAUNCHER_VARIABLE = "TORCHSLURM_LAUNCHER"
+"""Set by `torchslurm run` for a rank it starts with torchrun-style variables derived from another
+launcher (an srun task): that launcher's name, so the rank reports srun, not torchrun."""
 
 # Derived ports stay below Linux's ephemeral range (32768-60999 by default), where the kernel
 # hands out client ports, and above the well-known/registered-service crowd.
@@ -24,6 +28,7 @@ PORT_SPAN = 32768 - PORT_BASE
 # are less than PORT_SPAN // STEP_SLOTS apart never collide, nor do ids that share their last
 # digits (Lightning derives its port from the last 4 digits and collides there).
 STEP_SLOTS = 8
+_WHOLE_NUMBER = re.compile(r"[-+]?[0-9]+")
 SLURM_SETS_THEM = "these come from Slurm itself; check that no script exports SLURM_* variables by hand."
 
 
@@ -109,7 +114,7 @@ def detect(environ: Mapping[str, str], free_port: Callable[[], int] = find_free_
 def derived_port(job_id: str, step_id: str | None) -> int:
     """A port unique to (job, step) on a shared node; see PORT_BASE/STEP_SLOTS."""
     job = _int("SLURM_JOB_ID", job_id)
-    step = int(step_id) if step_id and step_id.isdigit() else STEP_SLOTS - 1
+    step = int(step_id) if step_id and step_id.isascii() and step_id.isdigit() else STEP_SLOTS - 1
     return PORT_BASE + (job * STEP_SLOTS + step % STEP_SLOTS) % PORT_SPAN
 
 
@@ -119,6 +124,8 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
         return None
     by_torchrun = "TORCHELASTIC_RUN_ID" in environ
     who = "torchrun" if by_torchrun else "RANK set in the environment"
+    if not by_torchrun:
+        _check_exported_rank(environ)
     _require(environ, ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"), who,
              "start the script with torchrun or `torchslurm run`, or unset RANK so that "
              "torchslurm derives the placement from Slurm.")
@@ -131,10 +138,15 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
         _check_inherited_rank(environ, rank)
     num_nodes = _int("GROUP_WORLD_SIZE", environ.get("GROUP_WORLD_SIZE", str(-(-world // local_world))))
     node_rank = _int("GROUP_RANK", environ.get("GROUP_RANK", str(rank // local_world)))
+    if by_torchrun:
+        _check_one_group_per_node(environ, world, num_nodes)
+    launcher = environ.get(LAUNCHER_VARIABLE, "torchrun")
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
         node_rank=node_rank, num_nodes=num_nodes, master_addr=environ["MASTER_ADDR"],
-        master_port=_port(environ["MASTER_PORT"]), launcher="torchrun", job_id=slurm_job_id(environ),
+        master_port=_port(environ["MASTER_PORT"]), launcher=launcher if launcher in LAUNCHERS else "torchrun",
+        job_id=slurm_job_id(environ),
+        warnings=_idle_job_nodes(environ, num_nodes) if by_torchrun else (),
         reason=f"{who}: RANK={rank} of WORLD_SIZE={world}, master "
                f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}.",
         agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
@@ -191,7 +203,7 @@ def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
         )
     local_world = per_node[node_rank]
     _check_rank("SLURM_LOCALID", local_rank, "this node's task count", local_world)
-    master = environ.get("MASTER_ADDR") or nodes[0]
+    master = environ.get("MASTER_ADDR") or _first_node(nodes, num_nodes)
     port = _port(environ["MASTER_PORT"]) if "MASTER_PORT" in environ else derived_port(
         environ.get("SLURM_JOB_ID", "0"), environ["SLURM_STEP_ID"])
     return DistEnv(
@@ -250,6 +262,18 @@ def _slurm_nodes(environ: Mapping[str, str]) -> list[str]:
     return []
 
 
+def _first_node(nodes: list[str], num_nodes: int) -> str:
+    """The host of rank 0: the step's first node; this host (loopback) for a one-node step without a node list."""
+    if nodes:
+        return nodes[0]
+    if num_nodes == 1:
+        return "127.0.0.1"
+    raise EnvError(f"srun task of a {num_nodes}-node step without a node list (SLURM_STEP_NODELIST and "
+                   "SLURM_JOB_NODELIST unset or empty): cannot tell which host runs rank 0.",
+                   "srun sets them in every task; do not clear them in the script, or export "
+                   "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) before srun.")
+
+
 def _tasks_per_node(environ: Mapping[str, str], node_count: int) -> list[int]:
     name = "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
     if name not in environ:
@@ -284,6 +308,72 @@ def _check_inherited_rank(environ: Mapping[str, str], rank: int) -> None:
         )
 
 
+def _check_exported_rank(environ: Mapping[str, str]) -> None:
+    """RANK without the rest of a torchrun environment, inside a Slurm job: neither srun nor sbatch
+    sets RANK, so the job script exported it (`export RANK=$SLURM_PROCID` in the batch shell gives
+    every srun task the shell's value, 0). Restarting with `torchslurm run` would inherit it too."""
+    if "SLURM_JOB_ID" not in environ:
+        return
+    missing = [n for n in ("WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if n not in environ]
+    procid = environ.get("SLURM_PROCID", "")
+    if "SLURM_STEP_ID" in environ and procid.isdigit() and procid != environ["RANK"].strip():
+        seen = f"this srun task has SLURM_PROCID={procid}, so every task inherited the same RANK"
+    elif missing:
+        seen = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set"
+    else:
+        return
+    where = "this srun task" if "SLURM_STEP_ID" in environ else "this Slurm batch shell"
+    raise EnvError(
+        f"RANK={environ['RANK']} is set in {where} but Slurm never sets RANK, and {seen}: the job script "
+        "exports RANK (srun hands the batch shell's variables to every task, so all ranks get the same value).",
+        "remove the `export RANK=…` line (and any WORLD_SIZE/LOCAL_RANK/MASTER_* exports) from the job script, "
+        "or `unset RANK` before srun/`torchslurm run`; torchslurm derives every rank from Slurm (SLURM_PROCID).")
+
+
+def _step_node_count(environ: Mapping[str, str]) -> int:
+    """Nodes of this srun step (0 outside a step or when Slurm did not say)."""
+    if "SLURM_STEP_ID" not in environ:
+        return 0
+    count = environ.get("SLURM_STEP_NUM_NODES", "")
+    if count.isdigit():
+        return int(count)
+    nodes = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_NODELIST")
+    try:
+        return len(hostlist.expand(nodes)) if nodes else 0
+    except HostlistError:
+        return 0
+
+
+def _check_one_group_per_node(environ: Mapping[str, str], world: int, num_nodes: int) -> None:
+    """torchrun's world must span the srun step that started it: `srun -N2 torchrun --standalone`
+    (or --nnodes=1) starts one independent group per node, and each trains the whole model alone
+    into the same run_dir."""
+    step_nodes = _step_node_count(environ)
+    if step_nodes <= num_nodes:
+        return
+    raise EnvError(
+        f"torchrun's world is {world} rank(s) on {num_nodes} node(s) (WORLD_SIZE={world}, "
+        f"GROUP_WORLD_SIZE={environ.get('GROUP_WORLD_SIZE', num_nodes)}) but its srun step spans {step_nodes} nodes "
+        f"(SLURM_STEP_NUM_NODES={step_nodes}): each node runs its own separate training (torchrun --standalone or "
+        "--nnodes=1 under srun), and they would all write the same checkpoints.",
+        f"use one rendezvous for all nodes: srun torchrun --nnodes={step_nodes} --nproc-per-node=N "
+        "--rdzv-backend=c10d --rdzv-endpoint=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29500 "
+        "--rdzv-id=$SLURM_JOB_ID train.py; or let torchslurm start the ranks: `torchslurm run train.py` "
+        "in the batch script.")
+
+
+def _idle_job_nodes(environ: Mapping[str, str], num_nodes: int) -> tuple[EnvError, ...]:
+    """torchrun started in the batch shell of a multi-node job (not under srun) uses one node."""
+    job_nodes = environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", ""))
+    if "SLURM_STEP_ID" in environ or not job_nodes.isdigit() or int(job_nodes) <= num_nodes:
+        return ()
+    return (EnvError(
+        f"this Slurm job has {job_nodes} nodes (SLURM_JOB_NUM_NODES={job_nodes}) but torchrun, started without "
+        f"srun, spans {num_nodes}: the other nodes stay idle.",
+        f"srun --ntasks-per-node=1 torchrun --nnodes={job_nodes} --rdzv-backend=c10d --rdzv-endpoint=<first "
+        "node>:29500 train.py, or `torchslurm run train.py`."),)
+
+
 def _require(environ: Mapping[str, str], names: tuple[str, ...], who: str, hint: str) -> None:
     missing = [n for n in names if n not in environ]
     if missing:
@@ -302,10 +392,12 @@ def _check_rank(name: str, value: int, size_name: str, size: int) -> None:
 
 
 def _int(name: str, value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise EnvError(f"{name}={value!r} is not an integer.", f"unset {name} or set it to a whole number.") from None
+    """A whole number as Slurm and torchrun write one: ASCII digits, optionally signed. Python's int() would
+    also take `12_0` (as 120) and non-ASCII digits, which would silently name another job or rank."""
+    text = value.strip()
+    if _WHOLE_NUMBER.fullmatch(text) is None:
+        raise EnvError(f"{name}={value!r} is not an integer.", f"unset {name} or set it to a whole number.")
+    return int(text)
 
 
 def _port(value: str) -> int:

@@ -187,3 +187,33 @@ def test_recorded_srun_steps_give_every_task_a_distinct_rank_and_one_master(path
     for env, task in zip(envs, tasks, strict=True):
         assert env.rank == int(task["environ"]["SLURM_PROCID"])
         assert (env.local_rank, env.local_world_size) == (task["local_rank"], task["local_world_size"])
+
+
+def _without(environ: dict[str, str], *names: str, **changes: str) -> dict[str, str]:
+    return {**{k: v for k, v in environ.items() if k not in names}, **changes}
+
+
+@pytest.mark.parametrize("environ", [
+    _without(SRUN_TASK, "SLURM_STEP_NODELIST", SLURM_JOB_NODELIST=""),
+    _without(SRUN_TASK, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"),
+])
+def test_srun_task_without_node_list_is_an_env_error(environ: dict[str, str]) -> None:
+    with pytest.raises(EnvError, match="2-node step without a node list") as info:
+        detect(environ, free_port=no_port)
+    assert "MASTER_ADDR=$(scontrol show hostnames" in (info.value.hint or "")
+
+
+def test_one_node_srun_task_without_node_list_runs_its_master_here() -> None:
+    environ = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+               "SLURM_NODEID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_NODELIST": ""}
+    env = detect(environ, free_port=no_port)
+    assert (env.rank, env.world_size, env.num_nodes, env.master_addr) == (1, 2, 1, "127.0.0.1")
+
+
+@pytest.mark.parametrize("value", ["12_0", "١٢", "12.0", "0x1f"])
+def test_slurm_ids_are_read_strictly(value: str) -> None:
+    """Python's int() reads `12_0` as 120 and Arabic-Indic digits as 12: another job's port, silently."""
+    with pytest.raises(EnvError, match=f"SLURM_JOB_ID={value!r} is not an integer"):
+        detect(_without(SRUN_TASK, "MASTER_PORT", SLURM_JOB_ID=value), free_port=no_port)
+    with pytest.raises(EnvError, match=f"SLURM_PROCID={value!r} is not an integer"):
+        detect(_without(SRUN_TASK, SLURM_PROCID=value), free_port=no_port)
