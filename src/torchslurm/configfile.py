@@ -93,7 +93,10 @@ def read_mapping(path: Path, label: str, valid_keys: Iterable[str]) -> dict[str,
 
 def unknown_keys_error(source: str, unknown: Sequence[str], valid: Sequence[str]) -> ConfigError:
     """The error for keys a spec or config does not have, with the closest valid key for each typo."""
-    guesses = [f"{key} -> {close[0]}" for key in unknown if (close := difflib.get_close_matches(key, valid, n=1))]
+    guesses = [f"{key} -> {close[0]}" for key in unknown
+               if (close := difflib.get_close_matches(key.lstrip("_"), valid, n=1))]
     did_you_mean = f"did you mean {', '.join(guesses)}? " if guesses else ""
+    if any(key.startswith("__") for key in unknown):  # `--tasks-per-node: 2`: a flag's spelling in a file
+        did_you_mean += "a file's keys have no leading -- (tasks_per_node: 2 or tasks-per-node: 2); "
     return ConfigError(f"unknown key(s) in {source}: {', '.join(unknown)}.",
                        f"{did_you_mean}valid keys are {', '.join(valid)}.")

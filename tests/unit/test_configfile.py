@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from torchslurm.configfile import load_yaml
-from torchslurm.train import config as trainconfig
 from torchslurm.jobs import spec as jobspec
 from torchslurm.jobs.sbatch import render
+from torchslurm.train import config as trainconfig
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("1:00:00", 3600), ("30:00", 1800), ("1-12:00:00", 129600)])
@@ -44,9 +44,9 @@ def test_yaml_scalars_follow_yaml_1_2_numbers_and_no_dates(text: str, value: obj
 def test_a_training_config_file_and_key_value_overrides_read_numbers_as_written(tmp_path: Path) -> None:
     path = tmp_path / "cfg.yaml"
     path.write_text("lr: 3e-4\nseed: 010\nrun_dir: 2024-01-01\n")
-    example, cfg = trainconfig.load(path, ["grad_clip=1e-1"])
+    _, cfg = trainconfig.load(path, ["grad_clip=1e-1"])
     assert (cfg.lr, cfg.seed, str(cfg.run_dir), cfg.grad_clip) == (0.0003, 10, "2024-01-01", 0.1)
-    example, cfg = trainconfig.load(path, ["lr=1e-3", "seed=010"])
+    _, cfg = trainconfig.load(path, ["lr=1e-3", "seed=010"])
     assert (cfg.lr, cfg.seed) == (0.001, 10)
 
 

@@ -41,6 +41,9 @@ def handle(args: argparse.Namespace) -> int:
     from torchslurm.jobs.slurm import SlurmClient
 
     signal = None if args.signal is None else check_signal(args.signal)
-    SlurmClient().cancel(args.job, signal=signal)
+    before = SlurmClient().cancel(args.job, signal=signal)  # a SlurmError for a job Slurm does not know
+    if before is not None and before.finished:
+        print(f"job {args.job} had already ended ({before.state}): nothing to {'signal' if signal else 'cancel'}")
+        return 0
     print(f"job {args.job}: " + (f"sent {signal}" if signal else "cancel requested"))
     return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from torchslurm.errors import render
-from torchslurm.jobs.spec import JobSpec, parse_slurm_version
+from torchslurm.jobs.spec import TIME_PATTERN, JobSpec, parse_slurm_version
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 
 Severity = Literal["error", "warning", "info"]
@@ -56,6 +56,7 @@ def validate(spec: JobSpec, slurm_version: str | tuple[int, int] | None = None,
     version = parse_slurm_version(slurm_version) if isinstance(slurm_version, str) else slurm_version
     return by_severity([*_check_layout(spec, spelling), *_check_backend(spec, spelling),
                         *_check_preemption(spec, spelling), *_check_gpu_flag(spec, version, spelling),
+                        *_check_time(spec, spelling),
                         *_summaries(spec, spelling)])
 
 
@@ -153,6 +154,33 @@ def _check_gpu_flag(spec: JobSpec, version: tuple[int, int] | None, sp: Spelling
                         "also does and sets SLURM_GPUS_PER_NODE.",
                         f"keep it, or set {sp.setting('gpu_flag', 'gpus-per-node')}.")]
     return []
+
+
+def _check_time(spec: JobSpec, sp: Spelling) -> list[Finding]:
+    """[time-read-as]: a time limit Slurm reads other than it looks (docs/slurm.md, time limits):
+    `0` is no limit at all, and a field past its range carries over (`99:99` is M:S, 100 min 39 s,
+    which Slurm rounds up to whole minutes: 1:41:00)."""
+    if spec.time is None or spec.time_s is None:
+        return []
+    if spec.time_s == 0:
+        return [Finding("info", "time-read-as", f"{sp.given('time', spec.time)} means no time limit: Slurm reads "
+                        "0 as UNLIMITED (the partition's MaxTime still applies).",
+                        f"give the limit you mean, e.g. {sp.setting('time', '4:00:00')}")]
+    match = TIME_PATTERN.match(spec.time.strip())
+    assert match is not None  # JobSpec refused any other time
+    days, *fields = match.groups()
+    numbers = [int(x) for x in fields if x is not None]
+    # the upper bound of each number as written: D-H[:M[:S]], or [[H:]M:]S with the first one open
+    limits = [24, 60, 60] if days is not None else [0, 60, 60][:len(numbers)]
+    if not any(0 < limit <= n for n, limit in zip(numbers, limits, strict=False)):
+        return []
+    minutes = -(-spec.time_s // 60)  # Slurm rounds a limit up to whole minutes
+    read = f"{minutes // 1440}-{minutes // 60 % 24:02d}:{minutes % 60:02d}:00" if minutes >= 1440 \
+        else f"{minutes // 60}:{minutes % 60:02d}:00"
+    form = "days-hours:minutes:seconds" if days is not None else {2: "minutes:seconds"}.get(len(numbers),
+                                                                                         "hours:minutes:seconds")
+    return [Finding("info", "time-read-as", f"{sp.given('time', spec.time)} is read as {form}, with the overflow "
+                    f"carried: a limit of {read}.", f"write {sp.setting('time', read)} if that is what you mean")]
 
 
 def _summaries(spec: JobSpec, sp: Spelling) -> list[Finding]:

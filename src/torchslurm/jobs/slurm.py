@@ -115,6 +115,8 @@ class JobStatus:
     stdout: str = ""
     stderr: str = ""
     restarts: int = 0
+    tasks: int = 0
+    """Slurm tasks of the job (scontrol's NumTasks; one per rank in srun mode); 0 when not known."""
 
     @property
     def finished(self) -> bool:
@@ -166,12 +168,13 @@ def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
     if "JobId" not in fields or "JobState" not in fields:
         raise SlurmError(f"scontrol show job printed no JobId/JobState (got keys {sorted(fields)[:8]}).",
                          "run `scontrol show job <id>` yourself to see what it says.")
-    restarts = fields.get("Restarts", "0")
+    restarts, tasks = fields.get("Restarts", "0"), fields.get("NumTasks", "0")
     return JobStatus(job_id=fields["JobId"], state=fields["JobState"], name=fields.get("JobName", ""),
                      reason=fields.get("Reason", "None"), nodes=fields.get("NodeList", ""),
                      exit_code=fields.get("ExitCode", ""), elapsed=fields.get("RunTime", ""),
                      time_limit=fields.get("TimeLimit", ""), stdout=fields.get("StdOut", ""),
-                     stderr=fields.get("StdErr", ""), restarts=int(restarts) if restarts.isdigit() else 0)
+                     stderr=fields.get("StdErr", ""), restarts=int(restarts) if restarts.isdigit() else 0,
+                     tasks=int(tasks) if tasks.isdigit() else 0)
 
 
 class SlurmClient:
@@ -228,10 +231,16 @@ class SlurmClient:
         """scontrol's view (state, exit code, log paths); squeue only answers while queued."""
         return status_from_scontrol(self.show_job(job_id))
 
-    def cancel(self, job_id: str, signal: str | None = None) -> None:
+    def cancel(self, job_id: str, signal: str | None = None) -> JobStatus | None:
+        """scancel JOB (or send it `signal`); the job's status before, None for an array range.
+
+        scancel of a job id Slurm does not know prints nothing and exits 0 (Slurm 22.05, seen on
+        the sandbox), so the job is looked up first: an unknown id is a SlurmError, not "cancelled"."""
         job_id = check_job_id(job_id)
+        before = None if "[" in job_id else self.status(job_id)
         argv = ["scancel", job_id] if signal is None else ["scancel", f"--signal={signal}", job_id]
         self._call(argv)
+        return before
 
     def version(self) -> str:
         """`sbatch --version`, e.g. `slurm-wlm 22.05.8`."""

@@ -29,7 +29,8 @@ GPU_FLAGS = ("gpus-per-node", "gres")
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 
 _ARRAY_RE = re.compile(r"^\d+(-\d+)?(:\d+)?(,\d+(-\d+)?(:\d+)?)*(%\d+)?$")
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (days, then up to three numbers)
+TIME_PATTERN = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _MEM_RE = re.compile(r"^\d+[KMGT]?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -161,7 +162,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 
 def parse_time(text: str, what: str = "time") -> int:
     """Slurm's --time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. `what` names the value in errors."""
-    m = _TIME_RE.match(text.strip())
+    m = TIME_PATTERN.match(text.strip())
     if not m or text.strip() in ("", "-"):
         raise ConfigError(f"{what}={text!r} is not a Slurm time limit.",
                           "use minutes (`90`), `H:MM:SS` (`1:30:00`) or `D-HH:MM:SS` (`1-00:00:00`).")

@@ -164,15 +164,15 @@ class Job:
                                  f"`torchslurm status {self.id}` shows why (Reason); wait longer or cancel it.")
             sleep(poll_s)
 
-    def log_paths(self) -> list[Path]:
+    def log_paths(self, st: JobStatus | None = None) -> list[Path]:
         """The job's stdout (and stderr, when separate) files as Slurm expanded them."""
-        st = self.status()
+        st = st or self.status()
         paths = [Path(p) for p in dict.fromkeys((st.stdout, st.stderr)) if p]
         return paths
 
-    def rank_log_path(self, rank: int) -> Path | None:
+    def rank_log_path(self, rank: int, st: JobStatus | None = None) -> Path | None:
         """The per-rank file (spec per_rank_output), if the job wrote one."""
-        st = self.status()
+        st = st or self.status()
         if not st.stdout:
             return None
         # the pattern sbatch gave srun, applied to the output path Slurm expanded (%x, %j)
@@ -183,11 +183,15 @@ class Job:
         """The job's output so far; with `rank`, only that rank's lines (per-rank file or `R: ` labels)."""
         if rank is not None and rank < 0:
             raise ConfigError(f"--rank={rank} is negative.", "ranks count from 0 (--rank 0 is the first).")
+        st = self.status()
+        if rank is not None and rank >= st.tasks > 0:  # else an empty answer, as if the rank printed nothing
+            raise ConfigError(f"--rank={rank} but job {self.id} has {st.tasks} task(s): ranks 0 to {st.tasks - 1}.",
+                              "pick one of those (--rank 0 is the first), or leave --rank out for all output.")
         if rank is not None:
-            per_rank = self.rank_log_path(rank)
+            per_rank = self.rank_log_path(rank, st)
             if per_rank is not None:
                 return per_rank.read_text(errors="replace")
-        paths = self.log_paths()
+        paths = self.log_paths(st)
         if not paths or not paths[0].exists():
             where = paths[0] if paths else "(no StdOut in scontrol)"
             raise SlurmError(f"job {self.id} has no log file yet at {where}.", "a pending job has not started; "

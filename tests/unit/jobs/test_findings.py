@@ -145,3 +145,21 @@ def test_booleans_are_named_as_their_flag_or_as_true_false() -> None:
     (flags,) = [f for f in validate(spec, spelling=command_line({"requeue"})) if f.code == "no-requeue"]
     assert (keys.message.split(":")[0], keys.hint) == ("preemptible with requeue=false", "set requeue: true.")
     assert (flags.message.split(":")[0], flags.hint) == ("preemptible with --no-requeue", "set --requeue.")
+
+
+@pytest.mark.parametrize(("time", "said"), [
+    ("99:99", "time=99:99 is read as minutes:seconds, with the overflow carried: a limit of 1:41:00"),
+    ("1:75:00", "time=1:75:00 is read as hours:minutes:seconds, with the overflow carried: a limit of 2:15:00"),
+    ("1-30", "time=1-30 is read as days-hours:minutes:seconds, with the overflow carried: a limit of 2-06:00:00"),
+    ("0", "time=0 means no time limit: Slurm reads 0 as UNLIMITED"),
+])
+def test_a_time_slurm_reads_other_than_it_looks_is_said_as_read(time: str, said: str) -> None:
+    (found,) = [f for f in validate(JobSpec(script="t.py", time=time)) if f.code == "time-read-as"]
+    assert found.severity == "info" and found.message.startswith(said)
+    flags = validate(JobSpec(script="t.py", time=time), spelling=command_line({"time"}))
+    assert next(f.message for f in flags if f.code == "time-read-as").startswith("--" + said)
+
+
+@pytest.mark.parametrize("time", ["30:00", "1:00:00", "90", "100:00:00", "1-00:00:00", "2-23:59:59", "59:59"])
+def test_a_time_written_in_range_gets_no_note(time: str) -> None:
+    assert "time-read-as" not in codes(JobSpec(script="t.py", time=time))

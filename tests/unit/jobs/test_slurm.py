@@ -133,7 +133,8 @@ def test_a_malformed_job_id_is_refused_before_slurm_runs(job_id: str) -> None:
             call(SlurmClient(run=run))
     assert run.calls == []
     for good in ("12345", "12345_7", "12345_[1-3,5]", "12345+1"):
-        SlurmClient(run=FakeRun({"scancel": (0, "", "")})).cancel(good)
+        SlurmClient(run=FakeRun({"scancel": (0, "", ""), "scontrol": (0, fixture("scontrol_running.txt"), "")})
+                    ).cancel(good)
 
 
 def test_client_status_and_cancel() -> None:
@@ -142,7 +143,10 @@ def test_client_status_and_cancel() -> None:
     assert client.status("2").state == "CANCELLED"
     client.cancel("2", signal="USR2")
     assert run.calls[-1] == ["scancel", "--signal=USR2", "2"]
-    gone = FakeRun({"scontrol": (1, "", "slurm_load_jobs error: Invalid job id specified")})
+    gone = FakeRun({"scontrol": (1, "", "slurm_load_jobs error: Invalid job id specified"), "scancel": (0, "", "")})
+    with pytest.raises(SlurmError, match=r"job 999 is unknown to Slurm"):
+        SlurmClient(run=gone).cancel("999")  # scancel itself says nothing and exits 0 for an unknown id
+    assert [call[0] for call in gone.calls] == ["scontrol"]
     with pytest.raises(SlurmError, match=r"job 77 is unknown to Slurm.*HINT: it may have finished more than "
                                          "MinJobAge ago"):
         SlurmClient(run=gone).status("77")

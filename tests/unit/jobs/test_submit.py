@@ -167,3 +167,13 @@ def test_logs_by_rank(tmp_path: Path) -> None:
     assert job.logs(1) == "only rank 1\n"
     with pytest.raises(ConfigError, match=r"--rank=-1 is negative\. HINT: ranks count from 0"):
         job.logs(-1)
+
+
+def test_logs_of_a_rank_the_job_does_not_have_is_an_error_not_an_empty_answer(tmp_path: Path) -> None:
+    recorded = fixture("scontrol_completed.txt")  # NumTasks=4
+    text = recorded.replace(str(Path(parse_scontrol(recorded)["StdOut"]).parent), str(tmp_path))
+    (tmp_path / "probe-1.out").write_text("0: up\n3: up\n")
+    job = Job("1", SlurmClient(run=FakeRun({"scontrol": (0, text, "")})))
+    assert job.logs(3) == "up\n" and job.logs(2) == ""  # rank 2 printed nothing: a real empty answer
+    with pytest.raises(ConfigError, match=r"^--rank=7 but job 1 has 4 task\(s\): ranks 0 to 3\. HINT: pick one"):
+        job.logs(7)
