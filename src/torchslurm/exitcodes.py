@@ -5,3 +5,6 @@ PREEMPTED_EXIT_CODE = 75
 
 USAGE_EXIT_CODE = 2
 """A configuration or usage error (argparse's code too)."""
+
+INTERRUPTED_EXIT_CODE = 130
+"""Exit code after Ctrl-C (SIGINT), as a shell reports a process SIGINT ended: 128 + 2."""

@@ -134,8 +134,6 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
     local_world = _int("LOCAL_WORLD_SIZE", environ.get("LOCAL_WORLD_SIZE", str(world)))
     _check_rank("RANK", rank, "WORLD_SIZE", world)
     _check_rank("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world)
-    if not by_torchrun:
-        _check_inherited_rank(environ, rank)
     num_nodes = _int("GROUP_WORLD_SIZE", environ.get("GROUP_WORLD_SIZE", str(-(-world // local_world))))
     node_rank = _int("GROUP_RANK", environ.get("GROUP_RANK", str(rank // local_world)))
     if by_torchrun:
@@ -294,18 +292,6 @@ def _tasks_per_node(environ: Mapping[str, str], node_count: int) -> list[int]:
             SLURM_SETS_THEM
         )
     return counts
-
-
-def _check_inherited_rank(environ: Mapping[str, str], rank: int) -> None:
-    """RANK exported in a batch script is inherited by every srun task (srun propagates the whole
-    environment by default, man srun --export)."""
-    procid = environ.get("SLURM_PROCID")
-    if "SLURM_STEP_ID" in environ and procid is not None and procid.isdigit() and int(procid) != rank:
-        raise EnvError(
-            f"RANK={rank} but this srun task has SLURM_PROCID={procid}: RANK was exported in the job "
-            "script and every task inherited the same value, so ranks collide.", "remove the "
-            "`export RANK=…`/`WORLD_SIZE=…` lines; torchslurm derives them from srun."
-        )
 
 
 def _check_exported_rank(environ: Mapping[str, str]) -> None:

@@ -17,14 +17,15 @@ import importlib.util
 import logging
 import os
 import signal
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchslurm.errors import ConfigError, DistributedError, below_minimum
-from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
-from torchslurm.runtime.distenv import DistEnv, detect
+from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from torchslurm.runtime.distenv import LAUNCHER_VARIABLE, DistEnv, detect
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,13 @@ DEFAULT_LOCAL_NPROC = 2
 # Signals the local elastic agent forwards to its workers: the usual ones plus the preemption
 # signals Slurm sends with --signal (torchrun's default list lacks USR1/USR2).
 FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
+# Each local rank starts as `python -c DIE_WITH_LAUNCHER <launcher pid> python script args`: it asks
+# the kernel for SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG = 1, man 2 prctl; kept across
+# execve), then becomes the rank. The elastic agent starts ranks in sessions of their own, so a
+# launcher killed with SIGKILL would otherwise leave them training. If the launcher died before the
+# prctl, the parent is no longer the launcher: exit at once.
+DIE_WITH_LAUNCHER = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(1, 9, 0, 0, 0); "
+                     "os.getppid() == int(sys.argv[1]) or os._exit(137); os.execvp(sys.argv[2], sys.argv[2:])")
 
 
 @dataclass(frozen=True)
@@ -122,7 +130,7 @@ def plan(environ: Mapping[str, str], script: str, args: Sequence[str], nproc: in
     env = env or detect(environ, free_port=lambda: 0)
     command = (python, *(["-m"] if module else []), script, *args)
     if env.launcher in ("srun", "torchrun", "mpi"):
-        return LaunchPlan(mode="exec", argv=command, env=env.torchrun_environ(),
+        return LaunchPlan(mode="exec", argv=command, env={**env.torchrun_environ(), LAUNCHER_VARIABLE: env.launcher},
                           reason=f"already a rank: {env.reason}", script=script, module=module)
     if env.launcher == "batch":
         return _srun_plan(environ, script, args, nproc, python, module)
@@ -152,6 +160,28 @@ def _srun_plan(environ: Mapping[str, str], script: str, args: Sequence[str], npr
     argv += [python, "-m", "torchslurm", "run", *(["-m"] if module else []), script, *args]
     return LaunchPlan(mode="srun", argv=tuple(argv), reason=f"inside a Slurm allocation without srun: {what}.",
                       script=script, module=module)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: what Slurm's cgroup or taskset allows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_oversubscription(environ: Mapping[str, str], ranks: int, cpus: int) -> ConfigError | None:
+    """More ranks on this node than CPUs (or than Slurm's SLURM_CPUS_ON_NODE): legal, but every
+    rank waits for a core, collectives and heartbeats time out, and training crawls."""
+    slurm = environ.get("SLURM_CPUS_ON_NODE", "")
+    limit, source = (int(slurm), f"SLURM_CPUS_ON_NODE={slurm}") if slurm.isdigit() and int(slurm) < cpus else (
+        cpus, f"{cpus} CPU(s) usable here")
+    if ranks <= limit:
+        return None
+    return ConfigError(f"{ranks} ranks on this node but {source}: the ranks oversubscribe the CPUs, so each "
+                       "waits for a core, steps are slow and timeouts (store, heartbeats, collectives) may fire.",
+                       f"start at most {limit} rank(s) per node (--nproc {limit}), or ask Slurm for more CPUs "
+                       f"(--cpus-per-task).")
 
 
 def gpus_on_node(environ: Mapping[str, str]) -> int:
@@ -187,17 +217,22 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
 
     # also for callers of execute() from Python
     check_run_options(launch_plan.script or launch_plan.argv[1], None, max_restarts, module=launch_plan.module)
+    if warning := cpu_oversubscription(environ, launch_plan.nproc, usable_cpus()):
+        logger.warning("%s", warning)
     if "OMP_NUM_THREADS" not in environ:
         # Like torchrun: N ranks each spawning one thread per core oversubscribe the machine.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch_plan.nproc))
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    entrypoint, args = launch_plan.argv[0], launch_plan.argv[1:]
+    if sys.platform == "linux":
+        entrypoint, args = sys.executable, ("-c", DIE_WITH_LAUNCHER, str(os.getpid()), *launch_plan.argv)
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=launch_plan.nproc, run_id=str(uuid.uuid4()),
         rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=max_restarts,
         monitor_interval=0.1, start_method="spawn", signals_to_handle=FORWARDED_SIGNALS,
     )
     try:
-        elastic_launch(config, entrypoint=launch_plan.argv[0])(*launch_plan.argv[1:])
+        elastic_launch(config, entrypoint=entrypoint)(*args)
     except ChildFailedError as exc:
         raise root_cause(exc) from exc
     except SignalException as exc:
@@ -207,6 +242,13 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
 
 def signal_error(sig: signal.Signals) -> DistributedError:
     """The launcher got `sig`, forwarded it to the ranks and waited for them (up to 30 s)."""
+    if sig == signal.SIGINT:
+        return DistributedError(
+            "torchslurm run got Ctrl-C (SIGINT) and passed it on to the ranks; ranks using torchslurm's Trainer "
+            f"stop at the next step boundary, save a checkpoint and exit with code {INTERRUPTED_EXIT_CODE} "
+            "(a second Ctrl-C stops them at once).",
+            "run the same command again to continue from the newest checkpoint (resume=auto).",
+            exit_code=INTERRUPTED_EXIT_CODE)
     return DistributedError(
         f"torchslurm run received {sig.name} and passed it on to the ranks; ranks using torchslurm's "
         f"preemption save a checkpoint and exit with code {PREEMPTED_EXIT_CODE}.",
@@ -232,6 +274,11 @@ def root_cause(exc: object) -> DistributedError:
             f"rank {rank} (host {os.uname().nodename}) stopped on request with exit code {PREEMPTED_EXIT_CODE} "
             "(preempted or near the time limit) after saving a checkpoint.",
             "run the same command again to continue from it (resume=auto).", exit_code=exit_code)
+    if first.exitcode == INTERRUPTED_EXIT_CODE:
+        return DistributedError(
+            f"rank {rank} (host {os.uname().nodename}) stopped on Ctrl-C with exit code {INTERRUPTED_EXIT_CODE}.",
+            "ranks using torchslurm's Trainer saved a checkpoint first: run the same command again to continue "
+            "from it (resume=auto).", exit_code=exit_code)
     lines = [f"rank {rank} failed first (host {os.uname().nodename}, pid {first.pid}, {_how(first.exitcode)}); "
              + ("a killed process leaves no traceback: look for the out-of-memory killer (`dmesg`, the job's "
                 "memory limit) or who sent the signal." if first.exitcode < 0 else "its error is above in its output.")]

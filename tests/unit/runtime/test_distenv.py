@@ -159,18 +159,47 @@ BROKEN = [
     ({**SRUN_TASK, "MASTER_PORT": "http"}, "MASTER_PORT='http' is not an integer"),
     # `export RANK=$SLURM_PROCID` in the batch script, inherited by every srun task
     ({**SRUN_TASK, "RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "node1",
-      "MASTER_PORT": "12355"}, "RANK=0 but this srun task has SLURM_PROCID=3"),
+      "MASTER_PORT": "12355"}, "this srun task has SLURM_PROCID=3, so every task inherited the same RANK"),
+    # `export RANK=$SLURM_PROCID` alone: task 0 has RANK == SLURM_PROCID, and the rest is missing
+    ({**SRUN_TASK, "SLURM_PROCID": "0", "RANK": "0"}, "RANK=0 is set in this srun task but Slurm never sets RANK, "
+     "and WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are not set: the job script exports RANK"),
+    ({**BATCH_SHELL, "RANK": "0"}, "RANK=0 is set in this Slurm batch shell but Slurm never sets RANK"),
+    # `srun -N2 torchrun --standalone --nproc-per-node=2`: one separate 2-rank world per node
+    ({**SRUN_TASK, "TORCHELASTIC_RUN_ID": "none", "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2",
+      "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "localhost",
+      "MASTER_PORT": "29400"}, "torchrun's world is 2 rank(s) on 1 node(s) (WORLD_SIZE=2, GROUP_WORLD_SIZE=1) "
+     "but its srun step spans 2 nodes"),
     ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, "MASTER_ADDR is not set"),
     ({**BATCH_SHELL, "SLURM_NTASKS": "many"}, "SLURM_NTASKS='many' is not an integer"),
 ]
 
 
-@pytest.mark.parametrize(("environ", "message"), BROKEN, ids=[m for _, m in BROKEN])
+@pytest.mark.parametrize(("environ", "message"), BROKEN, ids=[m[:60] for _, m in BROKEN])
 def test_broken_environment_is_a_clear_error(environ: dict[str, str], message: str) -> None:
     with pytest.raises(EnvError) as info:
         detect(environ, free_port=lambda: 12345)
     assert message in info.value.message
     assert info.value.hint and "HINT:" not in info.value.message  # one fix, given as data
+
+
+@pytest.mark.parametrize("environ", [{**SRUN_TASK, "SLURM_PROCID": "0", "RANK": "0"}, {**BATCH_SHELL, "RANK": "0"}])
+def test_an_exported_rank_says_remove_the_export_not_use_torchslurm_run(environ: dict[str, str]) -> None:
+    """`torchslurm run` inherits the exported RANK too: a hint pointing at it would loop."""
+    with pytest.raises(EnvError) as info:
+        detect(environ, free_port=lambda: 12345)
+    assert info.value.hint is not None and "remove the `export RANK=…` line" in info.value.hint
+    assert "start the script with torchrun or `torchslurm run`" not in info.value.hint
+
+
+def test_torchrun_spanning_its_whole_step_is_fine_and_one_node_of_a_batch_job_is_a_warning() -> None:
+    spans = {**TORCHRUN_IN_SRUN, "GROUP_WORLD_SIZE": "2", "SLURM_STEP_NUM_NODES": "2"}
+    assert detect(spans, free_port=no_port).num_nodes == 2
+    in_batch = {**BATCH_SHELL, "TORCHELASTIC_RUN_ID": "none", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "localhost", "MASTER_PORT": "29400"}
+    env = detect(in_batch, free_port=no_port)
+    assert [w.message for w in env.warnings] == [
+        "this Slurm job has 2 nodes (SLURM_JOB_NUM_NODES=2) but torchrun, started without srun, spans 1: "
+        "the other nodes stay idle."]
 
 
 RECORDED = sorted((Path(__file__).parents[2] / "fixtures" / "slurm_env").glob("*.json"))

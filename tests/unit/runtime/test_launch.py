@@ -11,12 +11,14 @@ import pytest
 from torchslurm.errors import ConfigError
 from torchslurm.runtime.launch import (
     check_run_options,
+    cpu_oversubscription,
     gpus_on_node,
     module_problem,
     nproc_problem,
     plan,
     root_cause,
     script_problem,
+    signal_error,
 )
 
 PY = "/venv/bin/python"
@@ -58,6 +60,34 @@ def test_srun_task_execs_the_script_with_a_torchrun_environment() -> None:
     p = plan(SRUN, "t.py", ["x"], None, PY, 0)
     assert (p.mode, p.argv) == ("exec", (PY, "t.py", "x"))
     assert (p.env["RANK"], p.env["WORLD_SIZE"], p.env["LOCAL_RANK"], p.env["MASTER_ADDR"]) == ("1", "2", "1", "node1")
+    assert p.env["TORCHSLURM_LAUNCHER"] == "srun"  # the rank (and its doctor) says srun, not torchrun
+
+
+def test_the_launchers_own_variables_make_an_exec_rank_say_srun() -> None:
+    from torchslurm.runtime.distenv import detect
+
+    p = plan(SRUN, "t.py", [], None, PY, 0)
+    rank = detect({**SRUN, **p.env})
+    assert (rank.launcher, rank.rank, rank.world_size) == ("srun", 1, 2)
+
+
+def test_more_ranks_than_cpus_or_than_slurm_gave_is_a_warning_with_the_fix() -> None:
+    assert cpu_oversubscription({}, 2, 2) is None
+    many = cpu_oversubscription({}, 32, 2)
+    assert many is not None and "32 ranks on this node but 2 CPU(s) usable here" in many.message
+    assert many.hint is not None and "--nproc 2" in many.hint
+    slurm = cpu_oversubscription({"SLURM_CPUS_ON_NODE": "4"}, 8, 64)
+    assert slurm is not None and "8 ranks on this node but SLURM_CPUS_ON_NODE=4" in slurm.message
+    assert cpu_oversubscription({"SLURM_CPUS_ON_NODE": "4"}, 4, 64) is None
+
+
+def test_ctrl_c_to_the_launcher_says_what_the_ranks_do_and_exits_130() -> None:
+    import signal
+
+    error = signal_error(signal.SIGINT)
+    assert error.exit_code == 130 and "got Ctrl-C (SIGINT)" in error.message
+    assert "save a checkpoint and exit with code 130" in error.message and "75" not in error.message
+    assert signal_error(signal.SIGTERM).exit_code == 75
 
 
 def test_gpus_on_node_from_slurm_variables() -> None:
@@ -132,6 +162,12 @@ def test_the_first_failing_rank_is_named_first_with_its_exit_code() -> None:
     assert error.message.startswith("rank 1 failed first (")
     assert "exit code 3); its error is above in its output. then: rank 0 (killed by SIGTERM)." in error.message
     assert error.exit_code == 3 and error.hint is not None and "fix rank 1's error first" in error.hint
+
+
+def test_a_rank_stopped_by_ctrl_c_is_a_stop_not_a_failure() -> None:
+    error = root_cause(_ChildFailed({1: _Failure(130, timestamp=1), 0: _Failure(130, timestamp=2)}))
+    assert error.message.startswith("rank 1 (host ") and "stopped on Ctrl-C with exit code 130" in error.message
+    assert error.exit_code == 130 and error.hint is not None and "resume=auto" in error.hint
 
 
 def test_a_rank_killed_by_a_signal_is_not_said_to_have_a_traceback() -> None:

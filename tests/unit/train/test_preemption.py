@@ -12,6 +12,7 @@ import pytest
 from tests.unit.train.conftest import Recorder
 
 from torchslurm.errors import ConfigError
+from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE
 from torchslurm.train.preemption import (
     MAX_CHECK_EVERY,
     PREEMPTED_EXIT_CODE,
@@ -94,7 +95,36 @@ def test_outside_the_main_thread_no_handlers_but_the_deadline_still_stops(caplog
     worker.start()
     worker.join()
     assert seen == [True, True] and stop.request.deadline
-    assert "not in the main thread: SIGUSR2 and SIGTERM not caught" in caplog.text
+    assert "not in the main thread: SIGUSR2, SIGTERM, SIGINT not caught" in caplog.text
+
+
+def test_ctrl_c_stops_at_the_boundary_without_requeue_and_a_second_one_stops_at_once() -> None:
+    """The first SIGINT (a real one, to this process) is only recorded: no KeyboardInterrupt; the
+    boundary stops with exit code 130 and nothing is requeued. The second raises KeyboardInterrupt."""
+    runner = Recorder()
+    stop = Preemption(PreemptionConfig(), environ={"SLURM_JOB_ID": "7"}, run=runner)
+    with stop:
+        assert signal.getsignal(signal.SIGINT) == stop._handle
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.should_stop() and stop.request == StopRequest(False, False, False, interrupt=True)
+        assert stop.request.describe(stop.config) == "Ctrl-C (SIGINT)" and not stop.request.wants_requeue
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # a signal to oneself is handled before kill returns
+        assert stop.finish(rank=0) == INTERRUPTED_EXIT_CODE
+    assert runner.calls == [] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_sigint_handler_of_the_users_is_left_alone() -> None:
+    def mine(signum: int, frame: object) -> None:
+        pass
+
+    before = signal.signal(signal.SIGINT, mine)
+    try:
+        with Preemption(PreemptionConfig(), environ={}):
+            assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_sigterm_stops_without_requeue() -> None:
