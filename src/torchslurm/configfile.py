@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,10 +52,14 @@ def _loader() -> type[yaml.SafeLoader]:
     }
     Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
-    Loader.add_constructor("tag:yaml.org,2002:int",
-                           lambda loader, node: _int(loader.construct_scalar(node)))
-    Loader.add_constructor("tag:yaml.org,2002:float",
-                           lambda loader, node: _float(loader.construct_scalar(node)))
+    def number(read: Callable[[str], int | float]) -> Callable[[yaml.SafeLoader, yaml.Node], int | float]:
+        def construct(loader: yaml.SafeLoader, node: yaml.Node) -> int | float:
+            assert isinstance(node, yaml.ScalarNode)  # the resolvers above tag scalars only
+            return read(str(loader.construct_scalar(node)))
+        return construct
+
+    Loader.add_constructor("tag:yaml.org,2002:int", number(_int))
+    Loader.add_constructor("tag:yaml.org,2002:float", number(_float))
     return Loader
 
 

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.jobs.slurm import SlurmClient
+    from torchslurm.jobs.slurm import SlurmClient, explain_reason
 
     client = SlurmClient()
     if args.job is None:
@@ -26,10 +26,13 @@ def handle(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r.job_id:<10} {r.state:<11} {r.elapsed:>10} {r.time_limit:>10} {r.nodes:>5}  "
                   f"{r.reason:<16} {r.name}")
+        for reason in dict.fromkeys(r.reason for r in rows if r.state == "PENDING"):
+            if explain_reason(reason) != reason:
+                print(f"  {explain_reason(reason)}")
         return 0
     st = client.status(args.job)
     print(f"job {st.job_id} ({st.name}): {st.state}")
-    print(f"  reason:   {st.reason}")
+    print(f"  reason:   {explain_reason(st.reason) if st.state == 'PENDING' else st.reason}")
     print(f"  nodes:    {st.nodes or '-'}")
     print(f"  elapsed:  {st.elapsed} of {st.time_limit}")
     if st.finished:

@@ -20,16 +20,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
+    from torchslurm.jobs.findings import by_severity
     from torchslurm.jobs.slurm import SlurmClient
-    from torchslurm.jobs.submit import expand_pattern, submit
+    from torchslurm.jobs.submit import expand_pattern, never_starts, submit
 
     asked = spec_from_args(args)
+    client = SlurmClient()
     # the GPU flag check needs the Slurm version; here Slurm is at hand, so ask it
-    version = args.slurm_version or (SlurmClient().version() if asked.spec.gpus_per_node else None)
-    code = report(findings_of(asked, args, version, submitting=True), args.force)
+    version = args.slurm_version or (client.version() if asked.spec.gpus_per_node else None)
+    found = [*findings_of(asked, args, version, submitting=True), *never_starts(asked.spec, client, asked.spelling)]
+    code = report(by_severity(found), args.force)
     if code:
         return code
-    job = submit(asked.spec, run_dir=args.run_dir, force=True)
+    job = submit(asked.spec, run_dir=args.run_dir, client=client, force=True)
     assert job.spec is not None and job.script is not None
     known = {"x": job.spec.name, "j": job.id}
     print(f"submitted job {job.id}")

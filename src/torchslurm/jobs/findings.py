@@ -13,7 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from torchslurm import hostlist
 from torchslurm.errors import render
+from torchslurm.jobs.slurm import NodeInfo
 from torchslurm.jobs.spec import TIME_PATTERN, JobSpec, parse_slurm_version
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 
@@ -195,3 +197,51 @@ def _summaries(spec: JobSpec, sp: Spelling) -> list[Finding]:
         hint = (f"linear scaling from a single rank gives {sp.given('lr', f'{spec.lr * world:g}')} "
                 f"(square-root scaling: {spec.lr * world ** 0.5:g}); warm up when scaling by a lot.")
     return [Finding("info", "effective-batch", text if text.endswith("?") else text + ".", hint)]
+
+
+_MEM_UNITS_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def _memory_mb(mem: str | None) -> int:
+    """`--mem` in MB as sbatch reads it (no unit: MB); 0 (all of a node's memory) or none: 0."""
+    if not mem:
+        return 0
+    unit = mem[-1].upper() if mem[-1].isalpha() else "M"
+    return int(int(mem.rstrip("KMGTkmgt")) * _MEM_UNITS_MB[unit])
+
+
+def capacity(spec: JobSpec, nodes: list[NodeInfo], sp: Spelling = SPEC_FILE) -> list[Finding]:
+    """[never-starts]: the job asks more of each node than `nodes` (the partition's, from sinfo) have,
+    or more nodes than fit. Slurm accepts such a job and it pends for ever (Reason=PartitionConfig,
+    or Resources), so `submit` refuses it. Pure: the nodes are data."""
+    where = f"partition {spec.partition}" if spec.partition else "the default partition"
+    if not nodes:
+        return [Finding("error", "never-starts", f"{sp.given('partition', spec.partition)}: Slurm has no such "
+                        "partition.", "`sinfo -s` lists the partitions; give one of those")] if spec.partition else []
+    if spec.nodelist or spec.exclude:
+        names = set(hostlist.expand(spec.nodelist)) if spec.nodelist else {n.name for n in nodes}
+        names -= set(hostlist.expand(spec.exclude)) if spec.exclude else set()
+        nodes = [n for n in nodes if n.name in names]
+    cpus = spec.slurm_tasks_per_node * (spec.cpus_per_task or 1)
+    memory = _memory_mb(spec.mem)
+    fit = [n for n in nodes if n.gpus >= spec.gpus_per_node and n.cpus >= cpus and n.memory_mb >= memory]
+    if len(fit) >= spec.nodes:
+        return []
+    asked = [f"{cpus} CPUs ({spec.slurm_tasks_per_node} task(s) x {spec.cpus_per_task or 1})"]
+    if spec.gpus_per_node:
+        asked.append(f"{spec.gpus_per_node} GPUs")
+    if memory:
+        asked.append(f"{spec.mem} memory")
+    kinds = sorted({(n.cpus, n.gpus, n.memory_mb) for n in nodes}, reverse=True)
+    have = "; ".join(f"{hostlist.compress(n.name for n in nodes if (n.cpus, n.gpus, n.memory_mb) == k)}: "
+                     f"{k[0]} CPUs, {k[1]} GPUs, {k[2]} MB" for k in kinds) or "no node left by nodelist/exclude"
+    best = max(nodes, key=lambda n: (n.gpus, n.cpus), default=None)
+    fix = f"at most {len(nodes)} node(s)" if len(fit) == len(nodes) else "what a node has"
+    if best is not None and spec.gpus_per_node > best.gpus:
+        fix = f"{sp.setting('gpus_per_node', best.gpus)} (with as many tasks per node in srun mode)"
+    elif best is not None and cpus > best.cpus:
+        fix = f"{sp.name('cpus_per_task')} x tasks per node <= {best.cpus}"
+    return [Finding("error", "never-starts",
+                    f"the job asks for {spec.nodes} node(s) with {', '.join(asked)} each, but only {len(fit)} "
+                    f"node(s) of {where} have that ({have}); Slurm would queue it and it would never start.",
+                    f"ask for {fix}, or another partition (`sinfo -N -l` shows what each node has)")]

@@ -127,6 +127,82 @@ class JobStatus:
         return self.state == "COMPLETED" and self.exit_code in ("", "0:0")
 
 
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node of a partition as sinfo describes it: what a job's per-node request is held against."""
+
+    name: str
+    partition: str
+    """The partition, without the `*` sinfo marks the default one with."""
+    default: bool
+    cpus: int
+    gpus: int
+    memory_mb: int
+
+
+# sinfo -N fields, tab-separated: node, partition (`*` = default), CPUs, GRES, memory (MB)
+SINFO_FORMAT = "%N\t%P\t%c\t%G\t%m"
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
+
+
+def gpus_of_gres(gres: str) -> int:
+    """GPUs in sinfo's GRES column: `gpu:4`, `gpu:a100:8(S:0-1)`, `gpu:a100:4,gpu:v100:2`; `(null)` is 0."""
+    return sum(int(n) for n in _GPU_GRES.findall(gres))
+
+
+def parse_sinfo_nodes(stdout: str) -> list[NodeInfo]:
+    """Rows of `sinfo -h -N -o SINFO_FORMAT` (a node in two partitions has a row in each)."""
+    out = []
+    for line in stdout.split("\n"):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 5:
+            raise SlurmError(f"sinfo printed {line!r}, expected 5 tab-separated fields ({SINFO_FORMAT!r}).",
+                             "an SINFO_FORMAT variable may override -o; unset it.")
+        name, partition, cpus, gres, memory = parts
+        out.append(NodeInfo(name=name, partition=partition.rstrip("*"), default=partition.endswith("*"),
+                            cpus=int(cpus) if cpus.isdigit() else 0, gpus=gpus_of_gres(gres),
+                            memory_mb=int(memory) if memory.isdigit() else 0))
+    return out
+
+
+# Why a job is pending, in words (squeue(1), "JOB REASON CODES"); a reason not here is shown as Slurm wrote it.
+PENDING_REASONS = {
+    "Resources": "waiting for nodes to free up: the resources it asks for exist but are in use",
+    "Priority": "other jobs with a higher priority are ahead of it in the queue",
+    "PartitionConfig": "it asks for more than the partition's nodes or limits allow (GPUs, CPUs, memory, nodes "
+                       "or time): it will never start; cancel it and resubmit a smaller request",
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows: it will never start as asked",
+    "PartitionTimeLimit": "its time limit is longer than the partition's MaxTime: it will never start as asked",
+    "PartitionDown": "the partition is down: it starts once an administrator brings it up",
+    "PartitionInactive": "the partition is inactive: it starts once an administrator activates it",
+    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+    "NodeDown": "a node it needs is down",
+    "BadConstraints": "no node has the features (--constraint) it asks for: it will never start as asked",
+    "Dependency": "it waits for a job it depends on to finish",
+    "DependencyNeverSatisfied": "a job it depends on ended in a way that will never satisfy the dependency: "
+                                "cancel it",
+    "BeginTime": "it was asked to start later (--begin), or was requeued and waits out the requeue delay",
+    "JobHeldUser": "held by its owner: `scontrol release JOB` lets it start",
+    "JobHeldAdmin": "held by an administrator",
+    "launch failed requeued held": "its launch failed and Slurm held it: `scontrol release JOB` retries",
+    "QOSMaxJobsPerUserLimit": "you already run as many jobs as your QOS allows; it starts when one ends",
+    "QOSMaxGRESPerUser": "you already use as many GPUs as your QOS allows; it starts when some are free",
+    "AssocGrpGRES": "your account's GPU limit is reached; it starts when your group's jobs release some",
+    "AssocMaxJobsLimit": "your account runs as many jobs as it may; it starts when one ends",
+    "InvalidQOS": "the QOS it names is not valid for you: it will never start as asked",
+    "InvalidAccount": "the account it names is not valid for you: it will never start as asked",
+    "Reservation": "it waits for its advanced reservation to start",
+}
+
+
+def explain_reason(reason: str) -> str:
+    """`reason` with what it means for a pending job, e.g. `PartitionConfig (it asks for more ...)`."""
+    words = PENDING_REASONS.get(reason.strip())
+    return f"{reason} ({words})" if words else reason
+
+
 def parse_job_id(stdout: str) -> str:
     """`sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`."""
     text = stdout.strip().split("\n")[-1] if stdout.strip() else ""
@@ -241,6 +317,21 @@ class SlurmClient:
         argv = ["scancel", job_id] if signal is None else ["scancel", f"--signal={signal}", job_id]
         self._call(argv)
         return before
+
+    def partition_nodes(self, partition: str | None = None) -> list[NodeInfo] | None:
+        """The nodes of `partition` (default: the default partition); [] when there is no such
+        partition, None when sinfo cannot answer (then nothing can be said about the request)."""
+        argv = ["sinfo", "-h", "-N", "-o", SINFO_FORMAT] + (["-p", partition] if partition else [])
+        try:
+            result = self._call(argv, check=False)
+        except SlurmError as exc:  # no sinfo here: sbatch will say what is wrong
+            logger.debug("%s", exc)
+            return None
+        if result.returncode != 0:
+            logger.debug("sinfo failed (%s): %s", result.returncode, result.stderr.strip())
+            return None
+        nodes = parse_sinfo_nodes(result.stdout)
+        return nodes if partition else [n for n in nodes if n.default]
 
     def version(self) -> str:
         """`sbatch --version`, e.g. `slurm-wlm 22.05.8`."""

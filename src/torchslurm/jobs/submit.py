@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.jobs.findings import Finding, log_dir_missing, validate
+from torchslurm.jobs.findings import Finding, capacity, log_dir_missing, validate
 from torchslurm.jobs.sbatch import rank_output, render
 from torchslurm.jobs.slurm import JobStatus, SlurmClient
 from torchslurm.jobs.spec import JobSpec
+from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 from torchslurm.runtime.launch import script_problem
 
 logger = logging.getLogger(__name__)
@@ -121,15 +122,24 @@ def missing_log_dirs(spec: JobSpec, cwd: Path) -> list[Finding]:
             if not path.is_dir()]
 
 
+def never_starts(spec: JobSpec, client: SlurmClient, spelling: Spelling = SPEC_FILE) -> list[Finding]:
+    """[never-starts] against the partition's nodes as sinfo lists them; nothing when sinfo cannot answer."""
+    nodes = client.partition_nodes(spec.partition)
+    return [] if nodes is None else capacity(spec, nodes, spelling)
+
+
 def submit(spec: JobSpec, run_dir: Path | str | None = None, client: SlurmClient | None = None,
            force: bool = False, slurm_version: str | None = None) -> Job:
-    """Validate, render into `run_dir` (default ./torchslurm-runs/<name>), sbatch, return the Job."""
-    errors = [f for f in [*script_missing(spec, Path.cwd(), True), *validate(spec, slurm_version)]
-              if f.severity == "error"]
-    if errors and not force:
-        raise ConfigError(f"the job spec has {len(errors)} error(s):\n  " + "\n  ".join(str(f) for f in errors)
-                          + "\nNothing was submitted.", "fix them (or pass force=True / --force to submit anyway).")
+    """Validate (also against what the partition's nodes have), render into `run_dir` (default
+    ./torchslurm-runs/<name>), sbatch, return the Job."""
     client = client or SlurmClient()
+    if not force:
+        found = [*script_missing(spec, Path.cwd(), True), *validate(spec, slurm_version), *never_starts(spec, client)]
+        errors = [f for f in found if f.severity == "error"]
+        if errors:
+            raise ConfigError(f"the job spec has {len(errors)} error(s):\n  " + "\n  ".join(str(f) for f in errors)
+                              + "\nNothing was submitted.", "fix them (or pass force=True / --force to submit "
+                              "anyway).")
     directory = Path(run_dir) if run_dir is not None else Path("torchslurm-runs") / spec.name
     directory.mkdir(parents=True, exist_ok=True)
     used, script = prepare(spec, directory)

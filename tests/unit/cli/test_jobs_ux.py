@@ -294,3 +294,27 @@ def test_the_spec_file_is_read_once_per_command(tmp_path: Path, monkeypatch: pyt
 def test_spec_flags_show_the_field_help() -> None:
     assert _help("script", "--nodes") == "Number of nodes (`--nodes`)."
     assert _help("submit", "--output") == "stdout file pattern of the job (`--output`); `%%x` job name, `%%j` job id."
+
+
+def _recorded_status(name: str) -> object:
+    from torchslurm.jobs.slurm import parse_scontrol, status_from_scontrol
+
+    return status_from_scontrol(parse_scontrol((Path(__file__).parents[2] / "fixtures" / "slurm_output" / name)
+                                               .read_text()))
+
+
+def test_status_says_a_pending_reason_in_words(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.status", lambda self, job: _recorded_status(
+        "scontrol_held.txt"))
+    assert main(["status", "26"]) == 0
+    said = capsys.readouterr().out
+    assert "  reason:   JobHeldUser (held by its owner: `scontrol release JOB` lets it start)\n" in said
+
+
+def test_cancel_of_a_job_that_already_ended_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.cancel", lambda self, job, signal=None: _recorded_status(
+        "scontrol_cancelled.txt"))
+    assert main(["cancel", "2"]) == 0
+    assert capsys.readouterr().out == "job 2 had already ended (CANCELLED): nothing to cancel\n"

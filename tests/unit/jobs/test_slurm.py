@@ -15,10 +15,14 @@ import pytest
 from torchslurm.errors import SlurmError
 from torchslurm.jobs.slurm import (
     NOT_FOUND,
+    SINFO_FORMAT,
     TIMED_OUT,
     SlurmClient,
+    explain_reason,
+    gpus_of_gres,
     parse_job_id,
     parse_scontrol,
+    parse_sinfo_nodes,
     parse_squeue,
     run_command,
     run_command_status,
@@ -237,3 +241,31 @@ def test_run_command_status_says_not_found_and_timeouts_without_raising(tmp_path
 def test_run_command_raises_what_run_command_status_returns() -> None:
     with pytest.raises(SlurmError, match=r"^sleep 5 did not answer within 0\.2 s\. HINT: check that slurmctld"):
         run_command(["sleep", "5"], 0.2)
+
+
+def test_sinfo_nodes_and_their_gpus() -> None:
+    nodes = parse_sinfo_nodes(fixture("sinfo_nodes.txt"))  # recorded on the sandbox: 4 nodes x 4 CPUs, gpu:4
+    assert [(n.name, n.partition, n.default, n.cpus, n.gpus, n.memory_mb) for n in nodes][:2] == [
+        ("node1", "debug", True, 4, 4, 2000), ("node2", "debug", True, 4, 4, 2000)]
+    assert [gpus_of_gres(g) for g in ("gpu:4", "gpu:a100:8(S:0-1)", "gpu:a100:4,gpu:v100:2", "(null)",
+                                      "mps:100,gpu:2")] == [4, 8, 6, 0, 2]
+    with pytest.raises(SlurmError, match="expected 5 tab-separated fields"):
+        parse_sinfo_nodes("node1 debug 4\n")
+
+
+def test_partition_nodes_through_the_seam() -> None:
+    rows = fixture("sinfo_nodes.txt") + "gpu1\tgpu\t64\tgpu:8\t512000\n"
+    run = FakeRun({"sinfo": (0, rows, "")})
+    assert [n.name for n in SlurmClient(run=run).partition_nodes()] == ["node1", "node2", "node3", "node4"]
+    assert run.calls[-1] == ["sinfo", "-h", "-N", "-o", SINFO_FORMAT]
+    SlurmClient(run=run).partition_nodes("gpu")
+    assert run.calls[-1][-2:] == ["-p", "gpu"]
+    assert SlurmClient(run=FakeRun({"sinfo": (1, "", "Unable to contact slurm controller")})).partition_nodes() is None
+
+
+def test_a_pending_reason_is_said_in_words() -> None:
+    held = status_from_scontrol(parse_scontrol(fixture("scontrol_held.txt")))  # sbatch --hold on the sandbox
+    assert (held.state, held.reason) == ("PENDING", "JobHeldUser")
+    assert explain_reason(held.reason) == "JobHeldUser (held by its owner: `scontrol release JOB` lets it start)"
+    assert explain_reason("PartitionConfig").startswith("PartitionConfig (it asks for more than the partition")
+    assert explain_reason("SomethingNew") == "SomethingNew"

@@ -41,7 +41,8 @@ class FakeRun:
 
     def __call__(self, argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(argv))
-        code, out, err = self.answers[argv[0]]
+        sinfo = (0, fixture("sinfo_nodes.txt"), "")  # the sandbox's 4 nodes, unless a test says otherwise
+        code, out, err = self.answers.get(argv[0], sinfo) if argv[0] == "sinfo" else self.answers[argv[0]]
         return subprocess.CompletedProcess(list(argv), code, out, err)
 
 
@@ -116,7 +117,19 @@ def test_submit_writes_the_script_and_sbatches_it(tmp_path: Path, monkeypatch: p
     job = submit(JobSpec(script="t.py", name="exp"), client=SlurmClient(run=run))
     assert (job.id, job.script) == ("42", tmp_path / "torchslurm-runs" / "exp" / "exp.sbatch")
     assert job.spec is not None and job.spec.output == f"{tmp_path}/torchslurm-runs/exp/%x-%j.out"
-    assert run.calls == [["sbatch", "--parsable", str(job.script)]]
+    assert run.calls[-1] == ["sbatch", "--parsable", str(job.script)]
+
+
+def test_submit_refuses_a_job_no_node_of_the_partition_can_hold(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    run = FakeRun({"sbatch": (0, "42\n", "")})
+    with pytest.raises(ConfigError, match=r"(?s)error: \[never-starts\] the job asks for 2 node\(s\) with 64 CPUs .*"
+                                          r"Nothing was submitted\."):
+        submit(JobSpec(script="t.py", nodes=2, gpus_per_node=8, cpus_per_task=8), client=SlurmClient(run=run))
+    assert [call[0] for call in run.calls] == ["sinfo"]
+    assert submit(JobSpec(script="t.py", nodes=2, gpus_per_node=4), client=SlurmClient(run=run)).id == "42"
 
 
 def test_submit_refuses_a_spec_with_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,7 +140,7 @@ def test_submit_refuses_a_spec_with_errors(tmp_path: Path, monkeypatch: pytest.M
                                           r"Nothing was submitted\. HINT: fix "
                                           r"them \(or pass force=True"):
         submit(JobSpec(script="t.py", backend="nccl"), client=SlurmClient(run=run))
-    assert run.calls == [] and not (tmp_path / "torchslurm-runs").exists()
+    assert "sbatch" not in [c[0] for c in run.calls] and not (tmp_path / "torchslurm-runs").exists()
 
 
 def test_the_python_api_refuses_a_missing_script_before_sbatch(tmp_path: Path,
@@ -138,9 +151,9 @@ def test_the_python_api_refuses_a_missing_script_before_sbatch(tmp_path: Path,
     with pytest.raises(ConfigError, match=r"\[script-missing\] script 'nothere.py' does not exist: checked "
                                           rf"{tmp_path}/nothere.py.*force=True from Python"):
         submit(spec, client=SlurmClient(run=run))
-    assert run.calls == []
+    assert "sbatch" not in [c[0] for c in run.calls]
     assert submit(spec, client=SlurmClient(run=run), force=True).id == "42"  # a file only the nodes have
-    assert run.calls[0][0] == "sbatch"
+    assert run.calls[-1][0] == "sbatch"
 
 
 def test_job_wait_uses_clock_and_times_out() -> None:
