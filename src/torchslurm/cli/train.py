@@ -70,11 +70,14 @@ def from_arguments(args: argparse.Namespace, defaults: Mapping[str, Any] = DEFAU
 
 def handle(args: argparse.Namespace) -> int:
     from torchslurm.runtime import launch
+    from torchslurm.runtime.devices import gpus_unseen
     from torchslurm.train import config
 
     example, cfg = from_arguments(args)  # fail here, not in N ranks
     cuda_devices = launch.cuda_device_count()
     config.preflight(example, cfg, cuda_devices)  # paths and amp=fp16 too, before the ranks' start-up
+    if unseen := gpus_unseen(os.environ, cuda_devices):  # GPUs from Slurm, none for torch: not silently CPU
+        raise unseen
     flags = [f"{k}={getattr(args, k)}" for k in FLAGS if getattr(args, k) is not None]
     rank_args = [*(["--config", str(args.config)] if args.config else []), *flags, *args.overrides]
     plan = launch.plan(os.environ, RANK_MODULE, rank_args, args.nproc, sys.executable, cuda_devices, module=True)

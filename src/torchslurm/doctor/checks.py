@@ -74,7 +74,7 @@ def check_gpus(facts: Facts) -> Check:
         return skipped("gpus")
     if env.launcher == "batch":
         return _batch_gpus(facts.environ)
-    allocated = _slurm_gpus(facts.environ)
+    allocated = devices.slurm_gpus(facts.environ)
     if facts.torch is None:
         return Check("gpus", "warn", f"cannot count CUDA devices without torch ({allocated or 'no GPU variables'}).",
                      "run the doctor with the Python your jobs use.")
@@ -84,12 +84,8 @@ def check_gpus(facts: Facts) -> Check:
     except ConfigError as exc:
         return from_error("gpus", exc)
     if choice.kind == "cpu":
-        if allocated:
-            why = ("torch is a CPU-only build" if facts.torch.cuda is None
-                   else "the driver sees none, or CUDA_VISIBLE_DEVICES hides them")
-            return Check("gpus", "warn", f"Slurm gave this task GPUs ({allocated}) but torch sees 0 CUDA devices: "
-                         f"{why}; training runs on CPU.", "install a CUDA build of torch, and check nvidia-smi on "
-                         "this node (srun nvidia-smi).", "cpu")
+        if unseen := devices.gpus_unseen(facts.environ, count, facts.torch.cuda):
+            return Check("gpus", "warn", unseen.message, unseen.hint or "", "cpu")
         return Check("gpus", "ok", f"{choice.reason}; Gloo on CPU.", value="cpu")
     idle = count - env.local_world_size
     if devices.per_task_binding(facts.environ, count) is None and idle > 0:
@@ -231,13 +227,6 @@ def _last_error(output: str) -> str:
     lines = [line for line in output.splitlines() if "error:" in line or "fatal:" in line]
     last = lines[-1] if lines else (output.strip().splitlines() or ["no output"])[-1]
     return last.split(": ", 1)[-1].strip()
-
-
-def _slurm_gpus(environ: Mapping[str, str]) -> str:
-    """The GPU variables Slurm set for this process, as 'NAME=value, ...' ('' when none)."""
-    names = ("SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
-    shown = [f"{n}={environ[n]}" for n in names if environ.get(n) and environ[n] not in ("0", "-1", "NoDevFiles")]
-    return ", ".join(shown) if any(n.startswith("SLURM") for n in shown) else ""
 
 
 def _more_ranks_hint(launcher: str, gpus: int) -> str:

@@ -133,7 +133,7 @@ def _user_interface(var: str, value: str, facts: Facts, env: distenv.DistEnv, ch
     """A user-set NCCL/GLOO_SOCKET_IFNAME: every name must exist (and be UP with an address) here."""
     names = sorted({entry.name for entry in facts.interfaces})
     if var.startswith("NCCL") and value.startswith("^"):
-        return Check(var.lower(), "ok", f"{var}={value} excludes interfaces; NCCL picks among the rest "
+        return Check(var.lower(), "ok", f"{_setting(var, value)} excludes interfaces; NCCL picks among the rest "
                      f"({', '.join(names)}).", value=value)
     exact = var.startswith("GLOO") or value.startswith("=")
     wanted = [part.strip() for part in value.lstrip("=").split(",") if part.strip()]
@@ -144,21 +144,27 @@ def _user_interface(var: str, value: str, facts: Facts, env: distenv.DistEnv, ch
            f"or set it per node")
     if missing:
         status: Status = "fail" if important else "warn"
-        return Check(var.lower(), status, f"{var}={value} but this node ({facts.hostname}) has no UP interface "
-                     f"{' or '.join(missing)}; it has: {', '.join(names) or 'none'}. Nodes often name their NICs "
-                     "differently (eth0, ens1f0, ...), so one value for every node breaks on some of them"
+        return Check(var.lower(), status, f"{_setting(var, value)} but this node ({facts.hostname}) has no UP "
+                     f"interface {' or '.join(missing)}; it has: {', '.join(names) or 'none'}. Nodes often name "
+                     "their NICs differently (eth0, ens1f0, ...), so one value for every node breaks on some of them"
                      + (" (Gloo: 'Unable to find address for ...')." if var.startswith("GLOO") else "."),
                      fix + ".", value)
     loopback = {entry.name for entry in facts.interfaces if entry.loopback}
     if nodes > 1 and set(matched) <= loopback:
-        return Check(var.lower(), "fail" if important else "warn", f"{var}={value} is the loopback interface but the "
-                     f"job spans {nodes} nodes: peers on other nodes cannot connect to it.", fix + ".", value)
+        return Check(var.lower(), "fail" if important else "warn", f"{_setting(var, value)} is the loopback "
+                     f"interface but the job spans {nodes} nodes: peers on other nodes cannot connect to it.",
+                     fix + ".", value)
     if chosen is not None and chosen not in matched:
-        return Check(var.lower(), "warn", f"{var}={value} exists here, but the kernel reaches the master through "
-                     f"{chosen}.", f"set {var}={chosen} on this node, or unset it.", value)
+        return Check(var.lower(), "warn", f"{_setting(var, value)} exists here, but the kernel reaches the master "
+                     f"through {chosen}.", f"set {var}={chosen} on this node, or unset it.", value)
     route = " and reaches the master" if chosen in matched else ""
-    return Check(var.lower(), "ok", f"{var}={value} is set; {', '.join(matched)} is UP on {facts.hostname}{route}.",
-                 value=value)
+    return Check(var.lower(), "ok", f"{_setting(var, value)} is set; {', '.join(matched)} is UP on "
+                 f"{facts.hostname}{route}.", value=value)
+
+
+def _setting(var: str, value: str) -> str:
+    """NCCL's exact-match form '=eth0' shown readably: NCCL_SOCKET_IFNAME='=eth0' (exactly eth0)."""
+    return f"{var}='{value}' (exactly {value[1:]})" if value.startswith("=") else f"{var}={value}"
 
 
 def _on_master_node(env: distenv.DistEnv) -> bool:

@@ -1,6 +1,7 @@
 """Which CUDA device this rank uses, decided from its environment and the visible device count.
 
-Pure, no torch: the caller passes `torch.cuda.device_count()`. The rules follow what slurmd
+Pure, no torch (only usable_cpus reads this process's CPU affinity): the caller passes
+`torch.cuda.device_count()`. The rules follow what slurmd
 (22.05) gives each task (man srun: --gpus-per-task, --gpu-bind; man cgroup.conf: ConstrainDevices),
 as recorded in tests/fixtures/gpu_env:
 
@@ -16,14 +17,20 @@ as recorded in tests/fixtures/gpu_env:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from torchslurm import hostlist
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, EnvError, not_one_of
 
-__all__ = ["BACKENDS", "DeviceChoice", "choose_device", "per_task_binding"]
+__all__ = ["BACKENDS", "DEVICE_VARIABLE", "DeviceChoice", "choose_device", "cpu_oversubscription", "gpus_unseen",
+           "per_task_binding", "slurm_gpus", "usable_cpus"]
+
+DEVICE_VARIABLE = "TORCHSLURM_DEVICE"
+"""`TORCHSLURM_DEVICE=cpu`: compute on the CPU on purpose, even where Slurm gave the job GPUs."""
+DEVICE_CHOICES = ("cpu", "auto")
 
 BACKENDS = ("gloo", "nccl")
 """The torch.distributed backends torchslurm sets up: NCCL for ranks on a CUDA device, Gloo for any."""
@@ -55,6 +62,12 @@ def choose_device(
 ) -> DeviceChoice:
     """The device for the rank with this local placement; see the module docstring for the rules."""
     visible = environ.get("CUDA_VISIBLE_DEVICES")
+    wanted = environ.get(DEVICE_VARIABLE, "auto").strip().lower() or "auto"
+    if wanted not in DEVICE_CHOICES:
+        raise not_one_of(DEVICE_VARIABLE, environ[DEVICE_VARIABLE], DEVICE_CHOICES,
+                         hint=f"{DEVICE_VARIABLE}=cpu trains on the CPU; unset it to use a GPU when there is one.")
+    if wanted == "cpu":
+        return DeviceChoice("cpu", -1, f"{DEVICE_VARIABLE}=cpu: using CPU")
     if cuda_device_count <= 0:
         shown = "unset" if visible is None else repr(visible)
         return DeviceChoice("cpu", -1, f"no CUDA device is visible (CUDA_VISIBLE_DEVICES {shown}); using CPU")
@@ -70,6 +83,55 @@ def choose_device(
             f"(--ntasks-per-node={cuda_device_count} under srun, --nproc {cuda_device_count} locally)."
         )
     return DeviceChoice("cuda", slot, f"cuda:{slot} of {cuda_device_count} visible: {view}")
+
+
+def slurm_gpus(environ: Mapping[str, str]) -> str:
+    """The GPU variables Slurm set for this process, as 'NAME=value, ...' ('' when it gave none)."""
+    names = ("SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+    shown = [f"{n}={environ[n]}" for n in names if environ.get(n) and environ[n] not in ("0", "-1", "NoDevFiles")]
+    return ", ".join(shown) if any(n.startswith("SLURM") for n in shown) else ""
+
+
+def gpus_unseen(environ: Mapping[str, str], cuda_device_count: int, cuda_build: str | bool | None = False
+                ) -> EnvError | None:
+    """Slurm gave this process GPUs but torch sees none: training would silently run on the CPU.
+
+    `cuda_build`: torch.version.cuda (None: a CPU-only build), or False when unknown (no torch
+    imported). None when GPUs are visible, none were allocated, or TORCHSLURM_DEVICE=cpu says so."""
+    allocated = slurm_gpus(environ)
+    if cuda_device_count > 0 or not allocated or environ.get(DEVICE_VARIABLE, "").strip().lower() == "cpu":
+        return None
+    if cuda_build is None:
+        why = "this torch is a CPU-only build"
+    elif isinstance(cuda_build, str):
+        why = f"torch is built for CUDA {cuda_build}, so the driver sees none or CUDA_VISIBLE_DEVICES hides them"
+    else:
+        why = "a CPU-only torch build or a driver problem"
+    return EnvError(f"Slurm gave this task GPUs ({allocated}) but torch sees no CUDA device: {why}; training would "
+                    "run on the CPU.", "install a CUDA build of torch in the job's environment and check the driver "
+                    f"on the node (`srun nvidia-smi`); to train on the CPU on purpose, set {DEVICE_VARIABLE}=cpu.")
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: what Slurm's cgroup or taskset allows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_oversubscription(environ: Mapping[str, str], ranks: int, cpus: int) -> ConfigError | None:
+    """More ranks on this node than CPUs (or than Slurm's SLURM_CPUS_ON_NODE): legal, but every
+    rank waits for a core, collectives and heartbeats time out, and training crawls."""
+    slurm = environ.get("SLURM_CPUS_ON_NODE", "")
+    limit, source = (int(slurm), f"SLURM_CPUS_ON_NODE={slurm}") if slurm.isdigit() and int(slurm) < cpus else (
+        cpus, f"{cpus} CPU(s) usable here")
+    if ranks <= limit:
+        return None
+    return ConfigError(f"{ranks} ranks on this node but {source}: the ranks oversubscribe the CPUs, so each "
+                       "waits for a core, steps are slow and timeouts (store, heartbeats, collectives) may fire.",
+                       f"start at most {limit} rank(s) per node (--nproc {limit}), or ask Slurm for more CPUs "
+                       f"(--cpus-per-task).")
 
 
 def per_task_binding(environ: Mapping[str, str], cuda_device_count: int) -> str | None:

@@ -105,6 +105,11 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     for warning in env.warnings:
         logger.warning("%s", warning)
     device = _device_for(env, environ)
+    unseen = devices.gpus_unseen(environ, torch.cuda.device_count(), torch.version.cuda)
+    crowded = devices.cpu_oversubscription(environ, env.local_world_size, devices.usable_cpus())
+    for problem in (unseen, crowded):
+        if problem is not None and env.local_rank == 0:  # once per node
+            logger.warning("rank %d: %s", env.rank, problem)
     if backend is None and environ.get("TORCHSLURM_BACKEND"):
         chosen_backend = choose_backend(environ["TORCHSLURM_BACKEND"], device, setting="TORCHSLURM_BACKEND")
     else:
@@ -217,6 +222,8 @@ def _check_all_joined(env: DistEnv, device: torch.device) -> None:
 
 def _unreachable(env: DistEnv, timeout: timedelta, environ: Mapping[str, str],
                  exc: BaseException) -> DistributedError:
+    if env.is_main and not env.agent_store and _port_in_use(exc):
+        return port_taken(env, environ, socket.gethostname())
     nic = {k: environ[k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if k in environ}
     role = "could not start the store on" if env.rank == 0 else "could not reach the master at"
     return DistributedError(
@@ -229,6 +236,24 @@ def _unreachable(env: DistEnv, timeout: timedelta, environ: Mapping[str, str],
         "a firewall blocks the port; the port is taken by another job (unset MASTER_PORT); "
         "the ranks disagree on WORLD_SIZE."
     )
+
+
+def _port_in_use(exc: BaseException) -> bool:
+    text = str(exc)
+    return "EADDRINUSE" in text or "address already in use" in text.lower()
+
+
+def port_taken(env: DistEnv, environ: Mapping[str, str], host: str) -> DistributedError:
+    """Rank 0 could not listen on master_port: another process holds it (checked by the bind, at once)."""
+    port = env.master_port
+    fixed = "MASTER_PORT" in environ
+    source = f"MASTER_PORT={environ['MASTER_PORT']} is set" if fixed else "torchslurm derived the port from the job id"
+    who = "another job or process on this node" if env.job_id is not None else "another process on this machine"
+    return DistributedError(
+        f"rank 0 could not start the store: port {port} on {host} is already in use, by {who} ({source}).",
+        ("unset MASTER_PORT: torchslurm then derives a port unique to each Slurm job and step (or a free one "
+         f"locally); or choose a free port. `ss -ltnp 'sport = :{port}'` on {host} shows who holds it.") if fixed else
+        (f"set MASTER_PORT to a free port; `ss -ltnp 'sport = :{port}'` on {host} shows who holds {port}."))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from torchslurm.errors import ConfigError, DistributedError, below_minimum
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from torchslurm.runtime.devices import cpu_oversubscription, usable_cpus
 from torchslurm.runtime.distenv import LAUNCHER_VARIABLE, DistEnv, detect
 
 logger = logging.getLogger(__name__)
@@ -160,28 +161,6 @@ def _srun_plan(environ: Mapping[str, str], script: str, args: Sequence[str], npr
     argv += [python, "-m", "torchslurm", "run", *(["-m"] if module else []), script, *args]
     return LaunchPlan(mode="srun", argv=tuple(argv), reason=f"inside a Slurm allocation without srun: {what}.",
                       script=script, module=module)
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask: what Slurm's cgroup or taskset allows)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def cpu_oversubscription(environ: Mapping[str, str], ranks: int, cpus: int) -> ConfigError | None:
-    """More ranks on this node than CPUs (or than Slurm's SLURM_CPUS_ON_NODE): legal, but every
-    rank waits for a core, collectives and heartbeats time out, and training crawls."""
-    slurm = environ.get("SLURM_CPUS_ON_NODE", "")
-    limit, source = (int(slurm), f"SLURM_CPUS_ON_NODE={slurm}") if slurm.isdigit() and int(slurm) < cpus else (
-        cpus, f"{cpus} CPU(s) usable here")
-    if ranks <= limit:
-        return None
-    return ConfigError(f"{ranks} ranks on this node but {source}: the ranks oversubscribe the CPUs, so each "
-                       "waits for a core, steps are slow and timeouts (store, heartbeats, collectives) may fire.",
-                       f"start at most {limit} rank(s) per node (--nproc {limit}), or ask Slurm for more CPUs "
-                       f"(--cpus-per-task).")
 
 
 def gpus_on_node(environ: Mapping[str, str]) -> int:

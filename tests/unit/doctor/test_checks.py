@@ -112,6 +112,32 @@ def test_slurm_gpus_but_cpu_only_torch_warns() -> None:
     assert_actionable(check, "SLURM_GPUS_ON_NODE=2", "CPU-only build")
 
 
+def test_slurm_gpus_but_cpu_only_torch_says_how_to_train_on_the_cpu_on_purpose() -> None:
+    env = {**SRUN, "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_GPUS_ON_NODE": "2"}
+    check = doctor.check_gpus(facts(env))
+    assert "this torch is a CPU-only build; training would run on the CPU" in check.detail
+    assert "TORCHSLURM_DEVICE=cpu" in check.hint
+    on_purpose = doctor.check_gpus(facts({**env, "TORCHSLURM_DEVICE": "cpu"}))
+    assert (on_purpose.status, on_purpose.value) == ("ok", "cpu") and "TORCHSLURM_DEVICE=cpu" in on_purpose.detail
+
+
+def test_torchrun_standalone_on_every_node_of_a_step_fails_placement() -> None:
+    """`srun -N2 torchrun --standalone --nproc-per-node=2`: each node forms its own 2-rank world."""
+    env = {**SRUN, "SLURM_STEP_NUM_NODES": "2", "TORCHELASTIC_RUN_ID": "none", "RANK": "0", "LOCAL_RANK": "0",
+           "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
+           "MASTER_ADDR": "localhost", "MASTER_PORT": "29400"}
+    check = by_name(doctor.run_checks(facts(env)))["placement"]
+    assert check.status == "fail"
+    assert_actionable(check, "WORLD_SIZE=2", "SLURM_STEP_NUM_NODES=2", "separate training")
+    assert "--nnodes=2" in check.hint
+
+
+def test_rank_exported_alone_names_the_export_as_the_cause() -> None:
+    check = by_name(doctor.run_checks(facts({**SRUN, "SLURM_PROCID": "0", "RANK": "0"})))["placement"]
+    assert check.status == "fail" and "the job script exports RANK" in check.detail
+    assert "remove the `export RANK=…` line" in check.hint
+
+
 def test_batch_shell_compares_tasks_per_node_with_gpus_per_node() -> None:
     few = doctor.check_gpus(facts({**BATCH, "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_GPUS_ON_NODE": "4"}))
     assert few.status == "warn"

@@ -137,6 +137,9 @@ def test_nccl_socket_ifname_prefix_exact_and_exclusion_syntax() -> None:
     assert nccl("^docker,lo").status == "ok"
     assert nccl("eth").status == "fail" and "NCCL_SOCKET_IFNAME=eth" in nccl("eth").detail
     assert nccl("eth", CPU_TORCH).status == "warn"  # Gloo job: NCCL's variable does not matter
+    # what torchslurm itself sets for a rank: shown readably, not as NCCL_SOCKET_IFNAME==ens1f0
+    assert "NCCL_SOCKET_IFNAME='=ens1f0' (exactly ens1f0) is set" in nccl("=ens1f0").detail
+    assert "==" not in nccl("=ens1f0").detail
 
 
 def test_loopback_socket_ifname_in_a_multi_node_step_fails() -> None:

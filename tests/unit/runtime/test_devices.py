@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from torchslurm.errors import ConfigError
-from torchslurm.runtime.devices import DeviceChoice, choose_device, per_task_binding
+from torchslurm.runtime.devices import DeviceChoice, choose_device, gpus_unseen, per_task_binding
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 
@@ -127,3 +127,39 @@ def test_more_ranks_than_gpus_with_cuda_visible_devices_unset_says_unset() -> No
     with pytest.raises(ConfigError, match=r"2 ranks share the 1 CUDA device\(s\) visible here \(CUDA_VISIBLE_DEVICES "
                                           r"unset, "):
         choose_device({}, local_rank=1, local_world_size=2, cuda_device_count=1)
+
+
+# ---- GPUs from Slurm that torch does not see; the CPU on purpose --------------------------------
+
+GPU_TASK = {"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_GPUS_ON_NODE": "2", "SLURM_JOB_GPUS": "0,1",
+            "CUDA_VISIBLE_DEVICES": "0,1"}
+
+
+def test_slurm_gpus_that_torch_does_not_see_are_named_with_the_likely_cause() -> None:
+    cpu_build = gpus_unseen(GPU_TASK, 0, None)
+    assert cpu_build is not None
+    assert cpu_build.message.startswith("Slurm gave this task GPUs (SLURM_GPUS_ON_NODE=2, SLURM_JOB_GPUS=0,1, "
+                                        "CUDA_VISIBLE_DEVICES=0,1) but torch sees no CUDA device: this torch is a "
+                                        "CPU-only build; training would run on the CPU.")
+    assert cpu_build.hint is not None and "TORCHSLURM_DEVICE=cpu" in cpu_build.hint
+    driver = gpus_unseen(GPU_TASK, 0, "12.8")
+    assert driver is not None and "built for CUDA 12.8, so the driver sees none" in driver.message
+    unknown = gpus_unseen(GPU_TASK, 0)
+    assert unknown is not None and "a CPU-only torch build or a driver problem" in unknown.message
+
+
+@pytest.mark.parametrize(("environ", "visible"), [
+    (GPU_TASK, 2),                                    # torch sees them
+    ({"SLURM_JOB_ID": "5", "CUDA_VISIBLE_DEVICES": "0"}, 0),  # not from Slurm
+    ({**GPU_TASK, "TORCHSLURM_DEVICE": "cpu"}, 0),    # the CPU on purpose
+])
+def test_no_warning_when_gpus_are_seen_not_allocated_or_the_cpu_is_wanted(environ: dict[str, str],
+                                                                         visible: int) -> None:
+    assert gpus_unseen(environ, visible, None) is None
+
+
+def test_torchslurm_device_cpu_chooses_the_cpu_even_with_gpus_and_other_values_are_refused() -> None:
+    assert choose_device({**GPU_TASK, "TORCHSLURM_DEVICE": "cpu"}, 0, 1, 2).name == "cpu"
+    assert choose_device({**GPU_TASK, "TORCHSLURM_DEVICE": "auto"}, 1, 2, 2).name == "cuda:1"
+    with pytest.raises(ConfigError, match=r"TORCHSLURM_DEVICE='gpu'.*cpu, auto"):
+        choose_device({"TORCHSLURM_DEVICE": "gpu"}, 0, 1, 2)
