@@ -30,7 +30,9 @@ from torchslurm.train.trainer import Trainer, seed_everything
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
-    defaults = {"dataset": "mnist", "data_dir": "data", "run_dir": "runs/mnist"}
+    # the demo's lr and batch size: with TrainConfig's generic lr=0.01 and batch 64, 5 epochs of the
+    # 1,437 digits training images are only ~230 SGD steps, which end near 70 % accuracy
+    defaults = {"dataset": "mnist", "data_dir": "data", "run_dir": "runs/mnist", "lr": 0.05, "batch_size": 32}
     example, cfg = from_arguments(parser.parse_intermixed_args(), defaults)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with torchslurm.init() as ctx:

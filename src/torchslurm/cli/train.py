@@ -83,7 +83,8 @@ def handle(args: argparse.Namespace) -> int:
     plan = launch.plan(os.environ, RANK_MODULE, rank_args, args.nproc, sys.executable, cuda_devices, module=True)
     if args.dry_run:
         print(f"dataset={example.dataset} model={example.resolved_model} epochs={cfg.epochs} "
-              f"batch_size={cfg.batch_size} lr={cfg.lr} run_dir={cfg.run_dir} resume={cfg.resume}")
+              f"batch_size={cfg.batch_size} lr={cfg.lr} lr_scaling={cfg.lr_scaling} amp={cfg.amp} "
+              f"grad_clip={cfg.grad_clip} seed={cfg.seed} run_dir={cfg.run_dir} resume={cfg.resume}")
         print(f"{plan.mode}: {plan.reason}")
         print(shlex.join(plan.argv))
         return 0

@@ -156,8 +156,8 @@ class Trainer:
         self._announce()
         val: Totals | None = None
         if self.epoch >= self.config.epochs and self.is_main:
-            logger.info("%s already holds all %d epochs: nothing to train (epochs=%d to train more, "
-                        "resume=never to start over)", self.config.run_dir, self.epoch, self.epoch + 1)
+            logger.info("%s already holds all %d epochs: nothing to train (set epochs above %d to "
+                        "train more, or resume to never to start over)", self.config.run_dir, self.epoch, self.epoch)
         while self.epoch < self.config.epochs:
             started = time.perf_counter()
             seen = self._train_epoch()
@@ -310,7 +310,7 @@ class Trainer:
         if not self.is_main:
             return val
         rate = seen_all / elapsed_s if elapsed_s > 0 else 0.0
-        logger.info("Epoch %d - Avg Loss: %.6f, Accuracy: %.2f%%", self.epoch, val.avg_loss, 100 * val.accuracy)
+        logger.info("Epoch %d - Avg Loss: %.6f, Accuracy: %.2f%% (validation)", self.epoch, val.avg_loss, 100 * val.accuracy)
         logger.info("  train loss %.6f, train accuracy %.2f%%, %.0f samples/s (%.0f per rank), %.1f s",
                     train.avg_loss, 100 * train.accuracy, rate, rate / self.topo.world_size, elapsed_s)
         self.log.append({
@@ -335,10 +335,10 @@ class Trainer:
         logger.info("Starting distributed training on %d process%s (%d node%s × %d, %s, %s), master %s",
                     t.world_size, plural, t.num_nodes, "s" if t.num_nodes != 1 else "", t.local_world_size,
                     t.backend, t.device.type, t.master)
-        logger.info("run_dir %s: %d epoch%s, batch_size %d per rank, lr %g%s", self.config.run_dir, self.config.epochs,
-                    "s" if self.config.epochs != 1 else "", self.config.batch_size, self.config.lr,
+        logger.info("run_dir %s: %d epoch%s, batch_size %d per rank, lr %g%s, amp %s", self.config.run_dir,
+                    self.config.epochs, "s" if self.config.epochs != 1 else "", self.config.batch_size, self.config.lr,
                     "" if self.config.lr_scaling == "none" else
-                    f" ({self.config.lr_scaling} scaling → {self.config.lr * self.lr_factor:g})")
+                    f" ({self.config.lr_scaling} scaling → {self.config.lr * self.lr_factor:g})", self.config.amp)
 
     def _progress_bar(self, total: int) -> Any:
         """A tqdm bar on rank 0 when stdout is a terminal; None otherwise (plain lines instead)."""

@@ -276,9 +276,9 @@ def test_bench_results_are_printed_when_writing_them_fails(tmp_path: Path,
 # ---- the Trainer's opening lines ---------------------------------------------------------
 
 @pytest.mark.parametrize("epochs, scaling, expected", [
-    (1, "none", "run_dir runs/x: 1 epoch, batch_size 8 per rank, lr 0.05"),
-    (3, "none", "run_dir runs/x: 3 epochs, batch_size 8 per rank, lr 0.05"),
-    (2, "linear", "run_dir runs/x: 2 epochs, batch_size 8 per rank, lr 0.05 (linear scaling → 0.2)"),
+    (1, "none", "run_dir runs/x: 1 epoch, batch_size 8 per rank, lr 0.05, amp off"),
+    (3, "none", "run_dir runs/x: 3 epochs, batch_size 8 per rank, lr 0.05, amp off"),
+    (2, "linear", "run_dir runs/x: 2 epochs, batch_size 8 per rank, lr 0.05 (linear scaling → 0.2), amp off"),
 ])
 def test_announce_grammar(epochs: int, scaling: str, expected: str, caplog: pytest.LogCaptureFixture) -> None:
     from types import SimpleNamespace
@@ -311,3 +311,16 @@ def test_run_dash_m_plans_a_module(cli: Run) -> None:
 def test_bench_ranks_start_by_module_name(cli: Run) -> None:
     code, out, _ = cli("bench", "--dry-run", "--nproc", "1")
     assert code == 0 and " -m torchslurm.cli.bench --sizes " in out.splitlines()[1]
+
+
+def test_a_run_dir_that_cannot_be_created_is_refused_even_where_permission_bits_say_yes(cli: Run) -> None:
+    """/proc answers os.access(W_OK) for root, yet nothing can be created in it."""
+    code, out, err = cli("train", "--dry-run", "run_dir=/proc/foo")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: run_dir=/proc/foo cannot be created (No such file or directory: /proc/foo); "
+                          "checkpoints/ and metrics.jsonl are written there. HINT: choose a directory you can write to")
+
+
+def test_a_dry_run_leaves_no_run_dir_behind(cli: Run, tmp_path: Path) -> None:
+    code, _, _ = cli("train", "--dry-run", f"run_dir={tmp_path / 'a' / 'b'}")
+    assert code == 0 and not (tmp_path / "a").exists()

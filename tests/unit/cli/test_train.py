@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pytest
+
 from torchslurm.cli.train import DEFAULTS, RANK_MODULE, add_arguments, from_arguments
 
 
@@ -34,3 +36,12 @@ def test_the_rank_program_is_this_module() -> None:
     import importlib
 
     assert hasattr(importlib.import_module(RANK_MODULE), "rank_main")
+
+
+def test_dry_run_shows_every_setting_that_changes_the_result(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchslurm.cli import main
+
+    assert main(["train", "--dry-run", "--nproc", "1", "amp=bf16", "lr_scaling=linear", "grad_clip=1e-1",
+                 "seed=010"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "lr_scaling=linear amp=bf16 grad_clip=0.1 seed=10 " in first, first
