@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,6 +59,23 @@ def _shown(path: Path | None) -> str:
     return "<stdin>" if path is None else os.fsencode(path).decode("utf-8", errors="backslashreplace")
 
 
+def bash_syntax(text: str) -> tuple[int, str] | None:
+    """bash's own verdict (`bash -n`, which reads without running): the first syntax error as (line, message),
+    or None when the script parses or no bash is installed."""
+    bash = shutil.which("bash")
+    if bash is None:
+        return None
+    try:
+        ran = subprocess.run([bash, "-n"], input=text.encode(), capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if ran.returncode == 0:
+        return None
+    err = ran.stderr.decode(errors="replace")
+    m = re.search(r"line (\d+): (.*)", err)
+    return (int(m.group(1)), m.group(2).strip()) if m else (1, err.strip().splitlines()[-1] if err.strip() else "")
+
+
 def handle(args: argparse.Namespace) -> int:
     from torchslurm.lint.checks import lint
 
@@ -67,7 +87,7 @@ def handle(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             worst = 2
             continue
-        findings = lint(text, path_exists=os.path.isdir)
+        findings = lint(text, path_exists=os.path.isdir, syntax=bash_syntax)
         for f in findings:
             print(f"{_shown(path)}: {f}")
         if any(f.severity == "error" for f in findings) or (args.strict and findings):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from torchslurm.errors import ConfigError
@@ -21,17 +22,19 @@ from torchslurm.jobs.spec import parse_time
 from torchslurm.lint.launch import (
     check_launches,
     check_rendezvous,
-    fixed_master_port,
     gpus_per_node,
     leading_int,
     tasks_per_node,
 )
+from torchslurm.lint.launchers import check_batch_expanded, check_deepspeed_accelerate
 from torchslurm.lint.options import SBATCH
 from torchslurm.lint.parse import Script, long_matches, parse
+from torchslurm.lint.ports import check_ports
+from torchslurm.lint.shell import batch_expanded, shown
+from torchslurm.lint.slips import check_shell_slips
 
 __all__ = ["gpus_per_node", "lint", "parse", "tasks_per_node"]
 
-_PER_TASK_VARS_RE = re.compile(r"\$\(*\{?(SLURM_PROCID|SLURM_LOCALID|SLURM_NODEID)\b")
 _SIGNALS_DEFAULT_KILL = {"USR1", "USR2", "SIGUSR1", "SIGUSR2", "10", "12"}
 
 _NODES_RE = re.compile(r"^(\d+)[kKmM]?(?:-(\d+)[kKmM]?)?$")  # Slurm's N or MIN-MAX (k, M: x1024)
@@ -73,14 +76,26 @@ _RULES: dict[str, tuple[Callable[[str], bool], str, str]] = {
 }
 
 
-def lint(text: str, path_exists: Callable[[str], bool] | None = None) -> list[Finding]:
-    """All pitfalls found in `text`, errors first. `path_exists` lets the CLI check log directories."""
+SyntaxCheck = Callable[[str], "tuple[int, str] | None"]
+"""Reads a script as bash would (`bash -n`): the first syntax error as (line, bash's message), or None."""
+
+
+def lint(text: str, path_exists: Callable[[str], bool] | None = None,
+         syntax: SyntaxCheck | None = None) -> list[Finding]:
+    """All pitfalls found in `text`, errors first. `path_exists` lets the CLI check log directories,
+    `syntax` lets it ask bash itself whether the script parses (cli/lint.py: `bash -n`)."""
     script = parse(text)
     found: list[Finding] = []
     for check in (_check_shebang, _check_options, _check_values, _check_presence, _check_counts, check_launches,
-                  check_rendezvous, _check_master, _check_nic, _check_signal, _check_export, _check_batch_rank_vars):
+                  check_rendezvous, check_deepspeed_accelerate, check_ports, _check_master, _check_nic,
+                  _check_signal, _check_export, _check_batch_rank_vars, check_batch_expanded, check_shell_slips):
         found += check(script)
     found += _check_output_dir(script, path_exists)
+    error = syntax(text) if syntax is not None else None
+    if error is not None:
+        found.append(Finding("error", "bash-syntax", f"line {error[0]}: bash cannot parse the script ({error[1]}): "
+                             "the job waits in the queue, then dies at that line.",
+                             f"fix line {error[0]}; `bash -n SCRIPT` checks it without running anything."))
     return by_severity(found)
 
 
@@ -154,8 +169,11 @@ def _check_options(s: Script) -> list[Finding]:
 def _check_values(s: Script) -> list[Finding]:
     """Every value of an option lint reads that sbatch would refuse (each occurrence: sbatch checks each)."""
     out = []
+    one_dash = {line for line, _ in s.one_dash}  # said better by check_shell_slips
     for line, key, value in s.directive_list:
         rule = _RULES.get(key)
+        if line in one_dash and len(key) > 1 and value and value[0].isalpha():
+            continue
         if rule is None or rule[0](value):
             continue
         _, what, example = rule
@@ -208,16 +226,11 @@ def _check_master(s: Script) -> list[Finding]:
                            "remove it unless IB is broken on this cluster; check with NCCL_DEBUG=INFO."))
     if "MASTER_ADDR" in exports:
         line, value = exports["MASTER_ADDR"]
-        if "$" not in value:
+        if "$" not in value and "`" not in value:  # $(hostname) in the batch shell: the first node, at run time
             out.append(Finding("error", "hard-coded-master-addr",
                                f"line {line}: MASTER_ADDR={value} is fixed; the job's first node differs per job.",
                                "remove it: torchslurm.init() uses the first host of SLURM_JOB_NODELIST (or "
                                "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1))."))
-    if "MASTER_PORT" in exports:
-        line, value = exports["MASTER_PORT"]
-        if value.isdigit():
-            out.append(fixed_master_port(f"line {line}: MASTER_PORT={value}",
-                                          "remove it: torchslurm.init() derives the port from SLURM_JOB_ID."))
     return out
 
 
@@ -269,13 +282,22 @@ def _check_export(s: Script) -> list[Finding]:
             for ln in s.launches if "/" not in ln.python and ln.srun_opts.get("export", "").upper() != "ALL"]
 
 
+# what torch's env:// rendezvous and most training scripts read from the environment as their own rank
+_RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK"}
+
+
 def _check_batch_rank_vars(s: Script) -> list[Finding]:
-    out = []
+    """`export RANK=$SLURM_PROCID` before srun: every task inherits the batch shell's 0. A variable that is
+    not exported, or that no program reads as its rank, does no harm unless a launch line uses it
+    (check_batch_expanded sees those)."""
+    out: list[Finding] = []
+    if not any(ln.under_srun for ln in s.launches):
+        return out
     for key, (line, value) in s.exports.items():
-        m = _PER_TASK_VARS_RE.search(value)
-        if m:
+        name = batch_expanded(value)
+        if name and key in _RANK_ENV and key in s.exported:
             out.append(Finding("error", "batch-shell-rank",
-                               f"line {line}: {key}={value} is evaluated once in the batch shell, where {m.group(1)} "
+                               f"line {line}: {key}={shown(value)} is evaluated once in the batch shell, where {name} "
                                "is 0; every rank gets the same value.",
                                f"remove it: each task sets {key} from its own SLURM_* variables "
                                "(torchslurm.init() reads them)."))
@@ -283,9 +305,19 @@ def _check_batch_rank_vars(s: Script) -> list[Finding]:
 
 
 def _check_output_dir(s: Script, path_exists: Callable[[str], bool] | None) -> list[Finding]:
+    """Slurm does not create the log folder. Lint usually runs where the cluster's folders are not (a laptop,
+    a CI): then it is a note, not a warning. A `~` is never expanded by Slurm: always wrong."""
     out = []
     for key in ("output", "error"):
-        parent = str(PurePosixPath(s.directives.get(key, "x")).parent)
-        if parent not in (".", "") and "%" not in parent and (path_exists is None or not path_exists(parent)):
-            out.append(log_dir_missing(key, s.directives[key], parent))
+        value = s.directives.get(key, "x")
+        parent = str(PurePosixPath(value).parent)
+        if value.startswith("~"):
+            fixed = "$HOME" + value[1:] if value.startswith("~/") else value
+            out.append(Finding("error", "log-dir", f"--{key}={value}: Slurm never expands `~` (only the shell does), "
+                               f"so it opens a folder literally named `{value.split('/')[0]}` in the working "
+                               "directory, which does not exist: the job fails before printing anything.",
+                               f"write the full path, e.g. #SBATCH --{key}={fixed.replace('$HOME', '/home/USER')} "
+                               "(#SBATCH lines expand no variables either)."))
+        elif parent not in (".", "") and "%" not in parent and (path_exists is None or not path_exists(parent)):
+            out.append(replace(log_dir_missing(key, value, parent), severity="info"))
     return out

@@ -14,8 +14,9 @@ import re
 from torchslurm.jobs.findings import Finding
 from torchslurm.jobs.sbatch import RDZV_PORT_EXPR
 from torchslurm.lint.parse import Launch, Script
+from torchslurm.lint.shell import batch_expanded, shown
 
-__all__ = ["check_launches", "check_rendezvous", "fixed_master_port", "gpus_per_node", "leading_int",
+__all__ = ["check_launches", "check_rendezvous", "gpus_per_node", "leading_int", "step_nodes",
            "tasks_per_node"]
 
 
@@ -54,6 +55,7 @@ def check_launches(s: Script) -> list[Finding]:
     gpus, tasks = gpus_per_node(d), tasks_per_node(d) or 1
     nodes = leading_int(d.get("nodes")) or 1
     total = leading_int(d.get("ntasks")) or tasks * nodes
+    stepped = any(other.under_srun for other in s.launches)
     for ln in s.launches:
         where = f"line {ln.line}"
         if ln.launcher == "torch.distributed.launch":
@@ -61,21 +63,25 @@ def check_launches(s: Script) -> list[Finding]:
                                f"{where}: python -m torch.distributed.launch is deprecated (it passes --local-rank "
                                "as an argument and is removed in recent torch).",
                                "use torchrun (python -m torch.distributed.run), or srun with one task per GPU."))
-        if ln.launcher is None and not ln.under_srun and (total > 1 or nodes > 1):
+        if ln.launcher is None and not ln.under_srun and (total > 1 or nodes > 1) and not stepped:
+            # data preparation before, or evaluation after, an srun'd training step is normal
             out.append(Finding("error", "python-without-srun",
                                f"{where}: `{ln.python} ...` runs once, in the batch shell on the first node, but the "
                                f"allocation has {total} task(s) on {nodes} node(s).",
                                f"srun {ln.python} ... (one rank per task), or `torchslurm run`."))
-        if ln.launcher is not None and not ln.under_srun and nodes > 1:
+        if ln.launcher not in (None, "deepspeed") and not ln.under_srun and nodes > 1:  # deepspeed: pdsh/ssh
             out.append(Finding("error", "launcher-without-srun",
                                f"{where}: {ln.launcher} runs only on the first of {nodes} nodes without srun.",
                                "srun --ntasks-per-node=1 torchrun ... (one launcher per node)."))
         step = ln.srun_opts.get("ntasks-per-node")  # srun's own layout; -n $SLURM_NNODES: lint can't count
-        per_node = tasks if step is None and "ntasks" not in ln.srun_opts else leading_int(step) or 1
+        per_node = tasks if step is None and "ntasks" not in ln.srun_opts else (
+            leading_int(step) or _step_tasks_per_node(ln, nodes) or 1)
         if ln.launcher is not None and ln.under_srun and per_node > 1:
+            workers = f" x {ln.nproc_per_node} = {per_node * ln.nproc_per_node} worker(s) per node" + (
+                f" on {gpus} GPU(s)" if gpus else "") if ln.nproc_per_node else ""
             out.append(Finding("error", "launcher-per-task",
                                f"{where}: srun starts {ln.launcher} in each of the {per_node} tasks per node, and each "
-                               "starts its own workers.",
+                               f"starts its own workers{workers}.",
                                "#SBATCH --ntasks-per-node=1 for launcher jobs (or srun -n $SLURM_NNODES "
                                "--ntasks-per-node=1)."))
         if ln.launcher is not None and gpus and ln.nproc_per_node is not None and ln.nproc_per_node != gpus:
@@ -104,17 +110,11 @@ def check_launches(s: Script) -> list[Finding]:
         kill = ln.srun_opts.get("kill-on-bad-exit")
         if ln.under_srun and (total > 1 or nodes > 1) and (kill is None or kill.lstrip("=") == "0"):
             who = f"one rank (or one node's {ln.launcher} agent)" if ln.launcher else "one rank"
-            out.append(Finding("warning", "no-kill-on-bad-exit",
+            out.append(Finding("info", "no-kill-on-bad-exit",
                                f"{where}: srun without --kill-on-bad-exit: when {who} dies, the others wait in "
                                "their collectives until the group timeout (torch's default: 30 min) and the job "
                                "holds its nodes meanwhile.",
                                "srun --kill-on-bad-exit=1 ... (unless the cluster sets KillOnBadExit=1)."))
-        if ln.rdzv_endpoint and re.search(r":\d+$", ln.rdzv_endpoint):
-            out.append(Finding("error", "fixed-port",
-                               f"{where}: --rdzv-endpoint={ln.rdzv_endpoint} uses a fixed port; two jobs on one "
-                               "node then join each other's rendezvous.",
-                               f"derive it from the job id: port={RDZV_PORT_EXPR}, or use "
-                               "`torchslurm script --launch torchrun`."))
     return out
 
 
@@ -127,11 +127,11 @@ def _step_tasks_per_node(ln: Launch, job_nodes: int) -> int | None:
     """Tasks per node when srun sets its own layout (literal --ntasks-per-node, or --ntasks over the nodes)."""
     per_node, ntasks = leading_int(ln.srun_opts.get("ntasks-per-node")), leading_int(ln.srun_opts.get("ntasks"))
     if per_node is None and ntasks is not None:
-        per_node = -(-ntasks // _step_nodes(ln, job_nodes))  # srun's block layout fills the first nodes
+        per_node = -(-ntasks // step_nodes(ln, job_nodes))  # srun's block layout fills the first nodes
     return per_node
 
 
-def _step_nodes(ln: Launch, job_nodes: int) -> int:
+def step_nodes(ln: Launch, job_nodes: int) -> int:
     """Nodes the launch runs on: srun's own -N/-n where literal, else the job's; 1 without srun."""
     if not ln.under_srun:
         return 1
@@ -151,9 +151,9 @@ def check_rendezvous(s: Script) -> list[Finding]:
     """How the launchers of a multi-node step find each other (torch/distributed/run.py)."""
     out, job_nodes = [], leading_int(s.directives.get("nodes")) or 1
     for ln in s.launches:
-        if ln.launcher is None:
+        if ln.launcher not in ("torchrun", "torch.distributed.launch"):  # deepspeed, accelerate: launchers.py
             continue
-        opts, where, nodes, nnodes = ln.launcher_opts, f"line {ln.line}", _step_nodes(ln, job_nodes), _nnodes(ln)
+        opts, where, nodes, nnodes = ln.launcher_opts, f"line {ln.line}", step_nodes(ln, job_nodes), _nnodes(ln)
         multi = nnodes[1] > 1 if nnodes else nodes > 1
         static = opts.get("rdzv-backend", "static") == "static"  # torchrun's default
         endpoint = "rdzv-endpoint" in opts or ("master-addr" in opts and static)
@@ -201,12 +201,12 @@ def _check_static_rendezvous(ln: Launch, multi: bool) -> list[Finding]:
                            f"{where}: {ln.launcher} with the static rendezvous ({source}) on several nodes "
                            "and no --node-rank: every node takes node rank 0 (the default), so all claim the same "
                            "ranks and the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
-    elif multi and rank is not None and ("$" not in rank or not ln.per_task):
-        why = ("is the same on every node" if "$" not in rank else
+    elif multi and rank is not None and (batch_expanded(rank) or "$" not in rank or not ln.per_task):
+        why = ("is the same on every node" if "$" not in rank and not batch_expanded(rank) else
                "is expanded once, by the batch shell before srun starts, to the same value on every node")
         out.append(Finding("error", "torchrun-node-rank",
-                           f"{where}: {ln.launcher} --node-rank={rank} {why}: all nodes claim the same ranks and "
-                           "the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
+                           f"{where}: {ln.launcher} --node-rank={shown(rank)} {why}: all nodes claim the same "
+                           "ranks and the job hangs or builds the wrong world.", _NODE_RANK_HINT + _RDZV_HINT))
     addr = opts.get("master-addr", "")
     if multi and ln.per_task and re.search(r"\$\(\s*hostname|`\s*hostname", addr):
         out.append(Finding("error", "torchrun-master-addr",
@@ -214,15 +214,4 @@ def _check_static_rendezvous(ln: Launch, multi: bool) -> list[Finding]:
                            "itself as the master and no node finds the others.",
                            "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) before "
                            "srun, and --master-addr=$MASTER_ADDR inside the quotes."))
-    port = opts.get("master-port", "")
-    if port.isdigit():
-        out.append(fixed_master_port(f"{where}: {ln.launcher} --master-port={port}",
-                                      f"--master-port={RDZV_PORT_EXPR} (a port per job), "
-                                      "or the c10d rendezvous: " + _RDZV_HINT))
     return out
-
-
-def fixed_master_port(what: str, hint: str) -> Finding:
-    """A literal master port: two jobs sharing a node collide on it."""
-    return Finding("error", "fixed-master-port",
-                   f"{what} is fixed; a second job on the same node gets EADDRINUSE or joins this job's store.", hint)

@@ -65,3 +65,10 @@ SRUN = Options(frozenset({
 
 # torchrun's (and torch.distributed.launch's) options that take no value; every other one takes one
 LAUNCHER_FLAGS = {"standalone", "module", "no-python", "run-path", "virtual-local-rank", "use-env", "help", "m", "h"}
+
+# deepspeed's and accelerate launch's options that take no value (their argparse `store_true` ones)
+DEEPSPEED_FLAGS = frozenset({"no-ssh", "no-ssh-check", "no-local-rank", "no-python", "module", "force-multi",
+                             "elastic-training", "bind-cores-to-rank", "enable-each-rank-log", "save-pid", "m"})
+ACCELERATE_FLAGS = frozenset({"multi-gpu", "cpu", "tpu", "use-deepspeed", "use-fsdp", "use-megatron-lm", "use-xpu",
+                              "same-network", "debug", "quiet", "q", "m", "module", "no-python", "h", "help",
+                              "enable-cpu-affinity", "downcast-bf16", "tpu-use-cluster", "fsdp-use-orig-params"})

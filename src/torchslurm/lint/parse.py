@@ -14,19 +14,21 @@ training script.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from torchslurm.jobs.sbatch import sbatch_split
-from torchslurm.lint.options import LAUNCHER_FLAGS, SBATCH, SHORT, SRUN, Options
+from torchslurm.lint.options import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, LAUNCHER_FLAGS, SBATCH, SHORT, SRUN, Options
+from torchslurm.lint.shell import PER_TASK_VARS, batch_marker, expand, opaque_end, raw_words
 
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
-_LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch"}
+_LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
+                   "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed"}
 _RANK_VARS_RE = re.compile(r"\$\{?(RANK|SLURM_PROCID|SLURM_NODEID|SLURM_LOCALID|LOCAL_RANK|NODE_RANK)\b")
 # shell words that may come before a command on one line (`if ...; then srun ...`)
-_PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec"}
+_PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec", "}", ")"}
 
 _WORD_BREAK = " \t\n;&|()<>"
 
@@ -103,12 +105,16 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
                 i += 1  # \" \\ \$ \' and backslash-newline: the next character is not syntax
             elif ch == quote[-1]:
                 quote = ""
+            elif quote == '"' and (ch == "`" or text.startswith(("$(", "${"), i)):
+                i = (opaque_end(text, i) or i + 1) - 1  # "$(cmd "$x" | head)": the inner quotes are its own
         elif ch == "\\":
             if text[i + 1:i + 2] == "\n":
                 yield i, "\\\n"
             i += 1
         elif ch in "'\"":
             quote = ch
+        elif ch == "`" or text.startswith(("$(", "${"), i):  # run at run time: one piece of a word
+            i = (opaque_end(text, i) or i + 1) - 1
         elif ch == "$" and text[i + 1:i + 2] == "'":
             quote, i = "$'", i + 1
         elif ch == "#" and word_start:  # a comment: up to the newline, which is syntax again
@@ -183,19 +189,26 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
 
 
 def commands(line: str) -> list[str]:
-    """The simple commands of one logical line: split at unquoted `;`, `&&`, `||`, `|` and `&`.
+    """The simple commands of one logical line: split at unquoted `;`, `&&`, `||`, `|`, `&`, and the
+    parentheses of subshells and `case` patterns (`( cd x && srun ... )`, `0) srun ... ;;`).
 
     `&` and `|` that belong to a redirection (`2>&1`, `&>`, `>|`) do not split.
     """
-    parts: list[str] = []
+    return [part for part, _ in commands_ending(line)]
+
+
+def commands_ending(line: str) -> list[tuple[str, bool]]:
+    """commands(line), each with whether it ends in a lone `&` (runs in the background)."""
+    parts: list[tuple[str, bool]] = []
     start = 0
     for i, ch in _syntax(line):
         redirect = (i > 0 and line[i - 1] in "<>") or (ch == "&" and line[i + 1:i + 2] == ">")
-        if ch in ";\n" or (ch in "&|" and not redirect):
-            parts.append(line[start:i])
+        if ch in ";\n()" or (ch in "&|" and not redirect):
+            background = ch == "&" and line[i + 1:i + 2] != "&" and line[i - 1:i] != "&"
+            parts.append((line[start:i], background))
             start = i + 1
-    parts.append(line[start:])
-    return [p.strip() for p in parts if p.strip()]
+    parts.append((line[start:], False))
+    return [(p.strip(), bg) for p, bg in parts if p.strip()]
 
 
 @dataclass
@@ -205,7 +218,7 @@ class Launch:
     line: int
     under_srun: bool
     srun_opts: dict[str, str]
-    launcher: str | None  # "torchrun", "torch.distributed.launch" or None (plain python)
+    launcher: str | None  # "torchrun", "torch.distributed.launch", "deepspeed", "accelerate" or None (plain python)
     nproc_per_node: int | None
     python: str
     rdzv_endpoint: str | None = None
@@ -216,6 +229,11 @@ class Launch:
     """The launcher's options before the training script, `-` spelling (`nnodes`, `master-addr`); flags as ""."""
     per_task: bool = False
     """Each task's shell expands the `$VARS` of this line (`srun bash -c '...'`), not the batch shell once."""
+    words: list[str] = field(default_factory=list)
+    """The whole command as the shell hands it over (srun's options too), `$VARS` expanded where known
+    (a per-task variable expanded by the batch shell is a `shell.batch_marker`)."""
+    background: bool = False
+    """Started with `&`: the script goes on while it runs (another step may overlap it)."""
 
 
 @dataclass
@@ -228,18 +246,55 @@ class Script:
     """Every (line, option, value) of those, in order: sbatch checks each one."""
     late_directives: list[int] = field(default_factory=list)
     """Lines of `#SBATCH` after the first command, which sbatch ignores."""
+    ignored_directives: list[tuple[int, str, list[tuple[str, str]]]] = field(default_factory=list)
+    """Header lines that look like directives but sbatch skips (`# SBATCH`, an indented `#SBATCH`):
+    (line, the line as written, the options it would have set)."""
+    one_dash: list[tuple[int, str]] = field(default_factory=list)
+    """`#SBATCH -nodes=3`: a long option written with one dash, which getopt reads as `-n odes=3`."""
     exports: dict[str, tuple[int, str]] = field(default_factory=dict)
-    """Variables set in the batch shell: (line, value)."""
+    """Variables set in the batch shell: (line, value as expanded)."""
     task_exports: dict[str, tuple[int, str]] = field(default_factory=dict)
     """Variables set inside each task (`srun bash -c '...'`)."""
+    exported: set[str] = field(default_factory=set)
+    """Names the batch shell exports (so srun's tasks inherit them)."""
     launches: list[Launch] = field(default_factory=list)
     rank_cases: list[int] = field(default_factory=list)
     traps: list[str] = field(default_factory=list)
     first_line: str = ""
     """The script's first line as written (sbatch wants `#!` there)."""
+    assign_space: list[tuple[int, str, str]] = field(default_factory=list)
+    """`VAR= value`: (line, VAR, value); bash sets VAR to "" and runs `value` as a command."""
 
 
-def _launcher_args(args: list[str]) -> dict[str, str]:
+@dataclass
+class _Shell:
+    """The shell that runs some text: the batch shell, or each task's shell under srun."""
+
+    vars: dict[str, str]
+    per_task: bool
+    srun: dict[str, str] | None
+    srun_words: list[str] = field(default_factory=list)
+
+    def lookup(self, name: str) -> str | None:
+        if name in self.vars:
+            return self.vars[name]
+        return batch_marker(name) if name in PER_TASK_VARS and not self.per_task else None
+
+    def child(self, srun: dict[str, str] | None, srun_words: list[str]) -> _Shell:
+        """`bash -c CODE` run by this shell; under srun, by each task (which inherits the variables)."""
+        if srun is not None and self.srun is None:
+            return _Shell(dict(self.vars), True, srun, srun_words)
+        return _Shell(dict(self.vars), self.per_task, srun if srun is not None else self.srun,
+                      srun_words or self.srun_words)
+
+
+_LAUNCHER_FLAGS: dict[str, AbstractSet[str]] = {
+    "torchrun": LAUNCHER_FLAGS, "torch.distributed.launch": LAUNCHER_FLAGS,
+    "deepspeed": DEEPSPEED_FLAGS, "accelerate": ACCELERATE_FLAGS,
+}
+
+
+def _launcher_args(args: list[str], flags: AbstractSet[str] = LAUNCHER_FLAGS) -> dict[str, str]:
     """The launcher's own options, `-` spelling (`--opt=v`, `--opt v`, `-r 3`, flags as ""), up to the
     training script: argparse ends them at the first operand, the rest are the script's arguments."""
     into: dict[str, str] = {}
@@ -250,7 +305,7 @@ def _launcher_args(args: list[str]) -> dict[str, str]:
         key, eq, value = _dashes(args[i]).lstrip("-").partition("=")
         if len(key) > 1 and not args[i].startswith("--"):  # `-r3`: a short option with its value attached
             key, value, eq = key[0], key[1:], "="
-        if not eq and key not in LAUNCHER_FLAGS and i + 1 < len(args):
+        if not eq and key not in flags and i + 1 < len(args):
             value, i = args[i + 1], i + 1
         into[key] = value
         i += 1
@@ -259,26 +314,32 @@ def _launcher_args(args: list[str]) -> dict[str, str]:
 
 def parse(text: str) -> Script:
     script = Script(first_line=text.split("\n", 1)[0])
-    _parse_body(text, script, first_line=1, srun=None, header=True)
+    _parse_body(text, script, first_line=1, shell=_Shell({}, False, None), header=True)
     return script
 
 
-def _parse_body(text: str, script: Script, first_line: int, srun: dict[str, str] | None, header: bool,
-                per_task: bool = False) -> None:
-    """`srun`: the options of the srun that runs this text (`srun bash -c '...'`), None in the batch shell.
-    `per_task`: each task's shell expands this text's `$VARS` (it came single-quoted)."""
+_DIRECTIVE_LIKE_RE = re.compile(r"^(?:\s+#\s*|#\s+)SBATCH\s")
+
+
+def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, header: bool) -> None:
+    """`shell`: the shell that runs this text (the batch shell, or each task's under `srun bash -c`)."""
     in_case, top = False, header
     for number, line in logical_lines(text):
         number += first_line - 1
         stripped = line.strip()
-        if stripped.startswith("#SBATCH"):
+        if line.startswith("#SBATCH"):  # sbatch matches the line's first bytes: no blanks before
             if header:  # sbatch stops reading directives at the first command
-                for key, value in parse_options(sbatch_split(stripped[len("#SBATCH"):]), SBATCH, False)[0]:
+                words = sbatch_split(line[len("#SBATCH"):])
+                script.one_dash += [(number, w) for w in words if _one_dash(w)]
+                for key, value in parse_options(words, SBATCH, False)[0]:
                     script.directives[key] = value
                     script.directive_list.append((number, key, value))
             elif top:
                 script.late_directives.append(number)
             continue
+        if header and _DIRECTIVE_LIKE_RE.match(line):
+            words = sbatch_split(line.split("SBATCH", 1)[1])
+            script.ignored_directives.append((number, stripped, parse_options(words, SBATCH, False)[0]))
         if not stripped or stripped.startswith("#"):
             continue
         header = False
@@ -289,72 +350,188 @@ def _parse_body(text: str, script: Script, first_line: int, srun: dict[str, str]
             in_case = False
         if stripped.startswith("esac"):
             in_case = False
-        _parse_command(number, stripped, script, srun, per_task)
+        for part, background in commands_ending(stripped):
+            _parse_command(number, part, script, shell, background)
 
 
-def _tokens(line: str) -> list[str]:
-    try:
-        return shlex.split(line, comments=True)
-    except ValueError:
-        return line.split()
+def _one_dash(word: str) -> bool:
+    """`-nodes=3`, `-ntasks-per-node 4`: one dash before a long option's name."""
+    name = word[1:].partition("=")[0]
+    return (word.startswith("-") and not word.startswith("--") and len(name) > 2
+            and any(long.startswith(name) for long in SBATCH.long_names))
 
 
-def _parse_command(number: int, line: str, script: Script, srun: dict[str, str] | None, per_task: bool) -> None:
-    for part in commands(line):
-        words = _tokens(part)
-        while words and words[0] in _PREFIX_WORDS:  # `then srun ...`, `exec python ...`
-            words = words[1:]
-        if words and words[0] == "trap":
-            script.traps.append(part)
-        if words and words[0] == "export":
-            words = words[1:]
-        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
-            key, _, value = words[0].partition("=")
-            (script.exports if srun is None else script.task_exports)[key] = (number, value)
-            words = words[1:]
-        launch = _parse_launch(number, words, script, srun, (per_task, part))
-        if launch is not None:
-            script.launches.append(launch)
+_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=")
+_REDIRECT_RE = re.compile(r"^(\d*|&)(>>?|<<?<?|>&|<&|>\|)(.*)$", re.DOTALL)
+_DECLARE = {"export", "declare", "local", "readonly", "typeset"}
 
 
-def _parse_launch(number: int, words: list[str], script: Script, srun: dict[str, str] | None,
-                  shell: tuple[bool, str]) -> Launch | None:
-    """`shell`: whether each task expands this command's `$VARS`, and the command as written."""
-    per_task, raw = shell
-    ignored: list[str] = []
+def _without_redirections(words: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(words):
+        m = _REDIRECT_RE.match(words[i])
+        if m:
+            i += 1 if m.group(3) else 2  # `>log` / `2>&1`, or `> log`
+            continue
+        out.append(words[i])
+        i += 1
+    return out
+
+
+def _parse_command(number: int, part: str, script: Script, shell: _Shell, background: bool) -> None:
+    raw = _without_redirections(raw_words(part))
+    while raw and raw[0] in _PREFIX_WORDS:  # `then srun ...`, `exec python ...`
+        raw = raw[1:]
+    if raw and raw[0] == "trap":
+        script.traps.append(part)
+    exporting = False
+    if raw and raw[0] in _DECLARE:
+        exporting = raw[0] == "export" or (raw[0] == "declare" and "-x" in raw[1:2])
+        raw = [w for w in raw[1:] if not w.startswith("-")]
+    while raw and _ASSIGN_RE.match(raw[0]):
+        name, value = raw[0].split("=", 1)
+        name = name.rstrip("+")
+        if not value and len(raw) > 1 and (exporting or _looks_like_a_value(raw[1])):
+            script.assign_space.append((number, name, raw[1]))
+        value = " ".join(expand(value, shell.lookup, split=False))
+        shell.vars[name] = value
+        (script.exports if not shell.per_task else script.task_exports)[name] = (number, value)
+        if exporting:
+            script.exported.add(name)
+        raw = raw[1:]
+    if exporting:
+        script.exported.update(w for w in raw if _ASSIGN_RE.match(w + "="))
+        return
+    words = [f for w in raw for f in expand(w, shell.lookup)]
+    launch = _parse_launch(number, words, script, shell, background)
+    if launch is not None:
+        script.launches.append(launch)
+
+
+def _looks_like_a_value(word: str) -> bool:
+    """After `VAR= `: a number, an upper-case word, a quoted string, an expansion; not a command name."""
+    return bool(re.match(r"""^(\d|["'$]|[A-Z][A-Z0-9_]*$|.*[,:=])""", word))
+
+
+_SINGULARITY_FLAGS = frozenset({
+    "nv", "nvccli", "rocm", "cleanenv", "e", "contain", "containall", "C", "c", "writable", "w", "writable-tmpfs",
+    "fakeroot", "f", "no-home", "no-privs", "keep-privs", "userns", "u", "pid", "p", "ipc", "i", "net", "n", "uts",
+    "compat", "no-init", "no-nv", "no-eval", "disable-cache", "no-https", "allow-setuid", "no-umask", "sharens",
+})
+_ENROOT_FLAGS = frozenset({"root", "r", "rw", "w"})
+
+
+def _unwrap(words: list[str]) -> list[str] | None:
+    """The command a wrapper runs (`env X=1 cmd`, `apptainer exec --nv img.sif cmd`, `enroot start img cmd`,
+    `nohup`, `stdbuf`, `numactl`), or None when words[0] wraps nothing lint knows."""
+    name = PurePosixPath(words[0]).name
+    if name in ("env", "nohup", "stdbuf", "numactl", "time", "exec", "command", "setsid", "ionice", "nice"):
+        rest = words[1:]
+        while rest and (rest[0].startswith("-") or (name == "env" and _ASSIGN_RE.match(rest[0]))):
+            takes_value = name in ("numactl", "ionice", "nice") and "=" not in rest[0] and len(rest[0]) == 2
+            rest = rest[2:] if takes_value else rest[1:]
+        return rest
+    if name == "timeout":
+        rest = [w for w in words[1:]]
+        while rest and rest[0].startswith("-"):
+            rest = rest[1:]
+        return rest[1:]
+    if name in ("apptainer", "singularity") and len(words) > 1 and words[1] in ("exec", "run"):
+        return _after_options(words[2:], _SINGULARITY_FLAGS)[1:]  # the image, then the command
+    if name == "enroot" and len(words) > 1 and words[1] in ("start", "exec"):
+        return _after_options(words[2:], _ENROOT_FLAGS)[1:]
+    return None
+
+
+def _after_options(words: list[str], flags: frozenset[str]) -> list[str]:
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        key = words[i].lstrip("-")
+        i += 1 if "=" in key or key in flags else 2
+    return words[i:]
+
+
+def _shell_code(words: list[str]) -> tuple[str, list[str]] | None:
+    """`bash -c CODE ARGS...` (also `sh`, `bash -lc`, `bash -l -c`): the code and its arguments."""
+    if PurePosixPath(words[0]).name not in ("bash", "sh", "zsh", "dash"):
+        return None
+    i = 1
+    while i < len(words) and words[i].startswith("-"):
+        if "c" in words[i] and not words[i].startswith("--") and i + 1 < len(words):
+            return words[i + 1], words[i + 2:]
+        i += 1
+    return None
+
+
+def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, background: bool,
+                  depth: int = 0) -> Launch | None:
+    """The launch these words start, if any; a wrapped `bash -c CODE` or `eval` is read as its code."""
+    srun, srun_words, ignored = shell.srun, shell.srun_words, []
     if words and PurePosixPath(words[0]).name == "srun":
+        srun_words = words
         pairs, words = parse_options(words[1:], SRUN, True)
         srun = dict(pairs)  # a later option wins, as with getopt
-    if len(words) >= 3 and PurePosixPath(words[0]).name in ("bash", "sh") and words[1] == "-c":
-        code = words[2]
-        if '"$@"' not in code:  # `srun bash -c '<script>'`: lint the inner script as run by each task
-            # `bash -c '...'`: each task expands the variables; `bash -c "..."`: the batch shell did, once
-            inner = per_task or re.search(r"(^|\s)-c\s+'", raw) is not None
-            _parse_body(code, script, first_line=number, srun=srun, header=False, per_task=inner)
+    while words and depth < 8:
+        depth += 1
+        inner = _unwrap(words)
+        if inner is not None:
+            words = inner
+            continue
+        if words[0] == "eval":
+            _parse_body(" ".join(words[1:]), script, number, shell if srun is shell.srun else
+                        shell.child(srun, srun_words), header=False)
+            return None
+        code = _shell_code(words)
+        if code is None:
+            break
+        if '"$@"' not in code[0] and "$@" not in code[0]:
+            # `srun bash -c CODE`: each task's shell runs CODE, with this srun's options
+            _parse_body(code[0], script, number, shell.child(srun, srun_words), header=False)
             return None
         # `bash -c 'trap "" SIG; exec "$@"' NAME cmd...`: the command is the rest, signals ignored
-        ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code)
-        words = words[4:]
+        ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code[0])
+        words = code[1][1:]
     if not words:
         return None
-    name = PurePosixPath(words[0]).name
-    launcher: str | None = None
-    rest = words[1:]
-    if name == "torchrun":
-        launcher = "torchrun"
-    elif _PYTHON_RE.match(name):
-        if len(rest) >= 2 and rest[0] == "-m" and rest[1] in _LAUNCH_MODULES:
-            launcher, rest = _LAUNCH_MODULES[rest[1]], rest[2:]
-        elif not rest or (rest[0].startswith("-") and rest[0] != "-u"):
-            return None  # `python -c ...`, `python --version`: not training
-    else:
+    launcher, rest = _launcher(words)
+    if launcher is None and not _PYTHON_RE.match(PurePosixPath(words[0]).name):
         return None
-    opts_map = _launcher_args(rest) if launcher else {}
-    nproc = opts_map.get("nproc-per-node")
-    return Launch(number, srun is not None, srun or {}, launcher, int(nproc) if nproc and nproc.isdigit() else None,
+    if launcher is None and rest and rest[0].startswith("-") and rest[0] != "-u":
+        return None  # `python -c ...`, `python --version`: not training
+    opts_map = _launcher_args(rest, _LAUNCHER_FLAGS[launcher]) if launcher else {}
+    nproc = _procs_per_node(launcher, opts_map)
+    return Launch(number, srun is not None, srun or {}, launcher, nproc,
                   python=words[0], rdzv_endpoint=opts_map.get("rdzv-endpoint"),
                   signals_to_handle=opts_map.get("signals-to-handle"), ignored=" ".join(ignored).split(),
-                  launcher_opts=opts_map, per_task=per_task)
+                  launcher_opts=opts_map, per_task=shell.per_task, words=[*srun_words, *words], background=background)
+
+
+def _launcher(words: list[str]) -> tuple[str | None, list[str]]:
+    """Which launcher `words` start, and the words after its name."""
+    name, rest = PurePosixPath(words[0]).name, words[1:]
+    if name == "torchrun":
+        return "torchrun", rest
+    if name == "deepspeed":
+        return "deepspeed", rest
+    if name == "accelerate" and rest[:1] == ["launch"]:
+        return "accelerate", rest[1:]
+    if _PYTHON_RE.match(name) and len(rest) >= 2 and rest[0] == "-m" and rest[1] in _LAUNCH_MODULES:
+        return _LAUNCH_MODULES[rest[1]], rest[2:]
+    return None, rest
+
+
+def _procs_per_node(launcher: str | None, opts: dict[str, str]) -> int | None:
+    """Processes each launcher starts on its node, where literal."""
+    if launcher == "deepspeed":
+        value = opts.get("num-gpus")
+    elif launcher == "accelerate":
+        procs, machines = opts.get("num-processes", ""), opts.get("num-machines", "1")
+        if procs.isdigit() and machines.isdigit() and int(machines) > 0:
+            return int(procs) // int(machines)
+        return None
+    else:
+        value = opts.get("nproc-per-node")
+    return int(value) if value and value.isdigit() else None
 
 
 def _dashes(word: str) -> str:
@@ -363,5 +540,3 @@ def _dashes(word: str) -> str:
         return word
     key, eq, value = word.partition("=")
     return key.replace("_", "-") + eq + value
-
-

@@ -292,8 +292,10 @@ def test_torchrun_master_addr_without_node_rank_on_two_nodes() -> None:
                                 "show hostnames \"$SLURM_JOB_NODELIST\" | head -n1), then srun bash -c 'exec "
                                 "torchrun --node-rank=$SLURM_NODEID --master-addr=$MASTER_ADDR ...'")
     assert "--rdzv-backend=c10d" in rank.hint
-    assert port.message == ("line 4: torchrun --master-port=29500 is fixed; a second job on the same node gets "
-                            "EADDRINUSE or joins this job's store.")
+    assert (port.severity, port.message) == ("warning", "line 4: torchrun --master-port=29500 is fixed: 4 GPUs per "
+                                             "node without --exclusive, so on nodes with more GPUs another job can "
+                                             "share the node; the second one to bind it gets EADDRINUSE or joins this "
+                                             "job's rendezvous.")
     assert port.hint.startswith("--master-port=$((10000 + SLURM_JOB_ID * 8 % 22768)) (a port per job)")
 
 

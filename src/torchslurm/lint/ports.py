@@ -1,0 +1,90 @@
+"""The fixed-port rules of `torchslurm lint`, aware of who else can be on the node.
+
+A literal rendezvous or master port (`MASTER_PORT=29500`, `--master-port`, `--rdzv-endpoint=host:29500`,
+accelerate's `--main_process_port`, deepspeed's `--master_port`) collides only when something else
+binds it on the same node: another job that shares the node, or another step of this job running
+at the same time. How sharing is decided (docs/lint.md, "Fixed ports"):
+- not shared: `--exclusive`, `--mem=0` (all of each node's memory), or 8 GPUs per node (no common
+  node has more, so the job holds all of them): info, the port is safe;
+- two steps that can overlap (a launch started with `&` next to another one): error;
+- 4 to 7 GPUs per node: a whole node on many clusters, a slice on 8-GPU nodes: warning;
+- anything smaller: other jobs can land on the node: error.
+Pure, nothing executed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from torchslurm.jobs.findings import Finding, Severity
+from torchslurm.jobs.sbatch import RDZV_PORT_EXPR
+from torchslurm.lint.launch import gpus_per_node
+from torchslurm.lint.parse import Launch, Script
+
+__all__ = ["check_ports", "node_sharing"]
+
+WHOLE_NODE_GPUS = 8
+"""GPUs per node that mean the job holds the whole node (8-GPU servers are the largest common ones)."""
+MAYBE_WHOLE_NODE_GPUS = 4
+"""From here up a request is the whole node on 4-GPU clusters: lint cannot tell, so it only warns."""
+
+_PORT_HINT = f"derive it from the job id: port={RDZV_PORT_EXPR}, or use `torchslurm script --launch torchrun`"
+
+
+def node_sharing(s: Script) -> tuple[Severity, str]:
+    """How bad a fixed port is for this script's allocation, and why."""
+    d = s.directives
+    srun_launches = [ln for ln in s.launches if ln.under_srun]
+    if len(srun_launches) > 1 and any(ln.background for ln in srun_launches):
+        return "error", "two steps of this job run at the same time (`srun ... &`) and both bind it"
+    if d.get("exclusive") == "" or d.get("mem", "").upper() in ("0", "0G", "0M"):
+        why = "--exclusive" if "exclusive" in d else f"--mem={d['mem']} (all of each node's memory)"
+        return "info", f"the job holds whole nodes ({why}), so no other job binds it there"
+    gpus = gpus_per_node(d) or 0
+    if gpus >= WHOLE_NODE_GPUS:
+        return "info", f"the job holds all {gpus} GPUs of each node, so no other job binds it there"
+    if gpus >= MAYBE_WHOLE_NODE_GPUS:
+        return "warning", (f"{gpus} GPUs per node without --exclusive, so on nodes with more GPUs another job "
+                           "can share the node")
+    return "error", "the job does not hold whole nodes (no --exclusive), so another job can share the node"
+
+
+def _finding(severity: Severity, what: str, why: str, hint: str) -> Finding:
+    code = "fixed-port" if "rdzv-endpoint" in what else "fixed-master-port"
+    if severity == "info":
+        return Finding("info", code, f"{what} is fixed; safe here: {why}.", f"to run on shared nodes too, {hint}.")
+    return Finding(severity, code, f"{what} is fixed: {why}; the second one to bind it gets EADDRINUSE or joins "
+                   "this job's rendezvous.", f"{hint}, or #SBATCH --exclusive.")
+
+
+def _literal_port(value: str) -> bool:
+    return value.isdigit()
+
+
+def check_ports(s: Script) -> list[Finding]:
+    """Every literal port, each judged by how the node is shared."""
+    severity, why = node_sharing(s)
+    out: list[Finding] = []
+    exports = {**s.task_exports, **s.exports}
+    if "MASTER_PORT" in exports and _literal_port(exports["MASTER_PORT"][1]):
+        line, value = exports["MASTER_PORT"]
+        out.append(_finding(severity, f"line {line}: MASTER_PORT={value}", why,
+                            "remove it: torchslurm.init() derives the port from SLURM_JOB_ID; or " + _PORT_HINT))
+    for ln in s.launches:
+        out += _launch_ports(ln, severity, why)
+    return out
+
+
+def _launch_ports(ln: Launch, severity: Severity, why: str) -> list[Finding]:
+    opts, where = ln.launcher_opts, f"line {ln.line}: {ln.launcher}"
+    if ln.launcher is None or "standalone" in opts:  # --standalone picks a free port itself
+        return []
+    out = []
+    for key in ("master-port", "main-process-port"):
+        if _literal_port(opts.get(key, "")):
+            out.append(_finding(severity, f"{where} --{key}={opts[key]}", why,
+                                f"--{key}={RDZV_PORT_EXPR} (a port per job)"))
+    endpoint = ln.rdzv_endpoint or ""
+    if re.search(r":\d+$", endpoint):
+        out.append(_finding(severity, f"{where} --rdzv-endpoint={endpoint}", why, _PORT_HINT))
+    return out

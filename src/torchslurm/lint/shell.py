@@ -1,0 +1,300 @@
+"""Words of one simple command as bash makes them: quotes removed, variables expanded where lint knows them.
+
+Pure, part of `lint`. `raw_words` splits a command at unquoted blanks, keeping quotes, `$(...)`,
+`$((...))` and backticks inside their word. `expand` then does what the shell that runs the
+command does: single quotes are literal, double quotes expand `$VAR` but keep `\\$` as a literal
+`$` (expanded later, by whichever shell runs the text next: `srun bash -c "$LAUNCHER"` hands it to
+each task), an unquoted expansion is split into fields, and `$(...)` / backticks run at run time,
+so they stay as written. A variable lint cannot know stays `$NAME`, except the per-task
+variables (SLURM_PROCID, SLURM_NODEID, SLURM_LOCALID) expanded by the batch shell: they become a
+marker (`batch_marker`), because there they are 0 for every task.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID"})
+"""Set by srun in each task; the batch shell has them too, as 0 (it is task 0 of the batch step)."""
+
+_MARK = "\x00"
+_MARKER_RE = re.compile(f"{_MARK}([A-Z_]+){_MARK}")
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SPECIAL = "@*#?$!-0123456789"
+
+Lookup = Callable[[str], "str | None"]
+"""A variable's value as the current shell sees it, or None when lint cannot know it."""
+
+
+def batch_marker(name: str) -> str:
+    """What `$name` becomes when the batch shell expands a per-task variable."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+def batch_expanded(text: str) -> str | None:
+    """The per-task variable the batch shell expanded into `text`, if any."""
+    m = _MARKER_RE.search(text)
+    return m.group(1) if m else None
+
+
+def shown(text: str) -> str:
+    """`text` as the script wrote it: markers back to `$NAME`."""
+    return _MARKER_RE.sub(r"$\1", text)
+
+
+def _skip_quoted(text: str, i: int) -> int:
+    """Index after the quoted or substituted piece that starts at i (`'..'`, `".."`, `$(..)`, `` `..` ``)."""
+    ch = text[i]
+    if ch == "'":
+        end = text.find("'", i + 1)
+        return len(text) if end < 0 else end + 1
+    if ch == "`":
+        j = i + 1
+        while j < len(text) and text[j] != "`":
+            j += 2 if text[j] == "\\" else 1
+        return min(j + 1, len(text))
+    if ch == '"':
+        j = i + 1
+        while j < len(text) and text[j] != '"':
+            if text[j] == "\\":
+                j += 2
+            elif text.startswith("$(", j) or text[j] == "`":
+                j = _skip_quoted(text, j)
+            else:
+                j += 1
+        return min(j + 1, len(text))
+    if text.startswith("$'", i):
+        j = i + 2
+        while j < len(text) and text[j] != "'":
+            j += 2 if text[j] == "\\" else 1
+        return min(j + 1, len(text))
+    if text.startswith("${", i):
+        end = text.find("}", i)
+        return len(text) if end < 0 else end + 1
+    # $( ... ): up to the matching parenthesis, quotes inside skipped
+    depth, j = 0, i + 1
+    while j < len(text):
+        c = text[j]
+        if c in "'\"`" or text.startswith("$(", j):
+            if text.startswith("$(", j):
+                depth += 1
+                j += 2
+                continue
+            j = _skip_quoted(text, j)
+            continue
+        if c == "\\":
+            j += 2
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return len(text)
+
+
+def opaque_end(text: str, i: int) -> int | None:
+    """If a quote, `$(`, `${` or backtick starts at i: the index after it (the shell reads it as one piece)."""
+    if text[i] in "'\"`" or text.startswith(("$(", "${", "$'"), i):
+        return _skip_quoted(text, i)
+    return None
+
+
+def raw_words(text: str) -> list[str]:
+    """`text` split at unquoted blanks, quotes kept; a `#` that starts a word begins a comment."""
+    words: list[str] = []
+    i, start = 0, None
+    while i < len(text):
+        ch = text[i]
+        if ch in " \t\n":
+            if start is not None:
+                words.append(text[start:i])
+                start = None
+            i += 1
+            continue
+        if ch == "#" and start is None:
+            break
+        if start is None:
+            start = i
+        if ch == "\\":
+            i += 2
+            continue
+        end = opaque_end(text, i)
+        i = end if end is not None else i + 1
+    if start is not None:
+        words.append(text[start:])
+    return words
+
+
+def expand(word: str, lookup: Lookup, split: bool = True) -> list[str]:
+    """The fields one raw word becomes. `split`: an unquoted expansion is split at blanks (not in assignments)."""
+    fields: list[str] = []
+    current: list[str] = []
+    started = False
+    i = 0
+    while i < len(word):
+        ch = word[i]
+        if ch == "\\":
+            if word[i + 1:i + 2] != "\n":
+                current.append(word[i + 1:i + 2])
+            i, started = i + 2, True
+        elif ch == "'":
+            end = _skip_quoted(word, i)
+            current.append(word[i + 1:end - 1] if word[end - 1:end] == "'" else word[i + 1:end])
+            i, started = end, True
+        elif word.startswith("$'", i):
+            end = _skip_quoted(word, i)
+            current.append(word[i + 2:end - 1].replace("\\n", "\n").replace("\\t", "\t").replace("\\'", "'"))
+            i, started = end, True
+        elif ch == '"':
+            end = _skip_quoted(word, i)
+            current.append(_double(word[i + 1:end - 1 if word[end - 1:end] == '"' else end], lookup))
+            i, started = end, True
+        elif ch in "$`":
+            value, i, known = _dollar(word, i, lookup)
+            if not known or not split or "$(" in value or "`" in value:  # a run-time value: one field, as a rule
+                current.append(value)
+                started = started or bool(value)
+                continue
+            pieces = value.split()
+            if value[:1].isspace() and (current or started):
+                fields.append("".join(current))
+                current, started = [], False
+            for n, piece in enumerate(pieces):
+                current.append(piece)
+                started = True
+                if n < len(pieces) - 1 or value[-1:].isspace():
+                    fields.append("".join(current))
+                    current, started = [], False
+        else:
+            current.append(ch)
+            i, started = i + 1, True
+    if current or started:
+        fields.append("".join(current))
+    return fields
+
+
+def _double(body: str, lookup: Lookup) -> str:
+    """The text of a double-quoted string: `\\$`, `\\"`, `\\\\`, `` \\` `` escaped, `$VAR` expanded."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and body[i + 1:i + 2] in ('$', '"', "\\", "`", "\n"):
+            out.append(body[i + 1] if body[i + 1] != "\n" else "")
+            i += 2
+        elif ch in "$`":
+            value, i, _ = _dollar(body, i, lookup)
+            out.append(value)
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _dollar(text: str, i: int, lookup: Lookup) -> tuple[str, int, bool]:
+    """The expansion at text[i] (`$NAME`, `${...}`, `$((...))`, `$(...)`, backticks): (value, end, known).
+    `known`: the value is what the shell produces (else it is the text as written, for run time)."""
+    if text[i] == "`" or text.startswith("$(", i):
+        end = _skip_quoted(text, i)
+        raw = text[i:end]
+        if raw.startswith("$((") and raw.endswith("))"):
+            value = _arithmetic(raw[3:-2], lookup)
+            if value is not None:
+                return value, end, True
+        return raw, end, False
+    if text.startswith("${", i):
+        end = _skip_quoted(text, i)
+        value, known = _braced(text[i:end], lookup)
+        return value, end, known
+    m = _NAME_RE.match(text, i + 1)
+    if m is None:
+        if text[i + 1:i + 2] and text[i + 1] in _SPECIAL:
+            return text[i:i + 2], i + 2, False
+        return "$", i + 1, True
+    value = lookup(m.group(0))
+    return (text[i:m.end()], m.end(), False) if value is None else (value, m.end(), True)
+
+
+def _braced(raw: str, lookup: Lookup) -> tuple[str, bool]:
+    """`${NAME}`, `${NAME:-default}`, `${NAME-default}`: other forms stay as written."""
+    m = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)(.*))?\}", raw, re.DOTALL)
+    if m is None:
+        return raw, False
+    value = lookup(m.group(1))
+    if value is not None:
+        return value, True
+    if m.group(2) and not m.group(1).startswith("SLURM_"):  # Slurm sets its own at run time
+        return " ".join(expand(m.group(3), lookup, split=False)), True
+    return raw, False
+
+
+_ARITH_RE = re.compile(r"^[0-9+\-*/%() \t]+$")
+
+
+def _arithmetic(expression: str, lookup: Lookup) -> str | None:
+    """`$(( ... ))` with + - * / % and parentheses, when every name in it is known; a batch-expanded
+    per-task variable in it makes the whole result that variable's marker."""
+    def name(m: re.Match[str]) -> str:
+        value = lookup(m.group(0).lstrip("$"))
+        return f"({value})" if value is not None else m.group(0)
+
+    text = re.sub(r"\$?[A-Za-z_][A-Za-z0-9_]*", name, expression)
+    marked = batch_expanded(text)
+    if marked:
+        return batch_marker(marked)
+    if not _ARITH_RE.match(text):
+        return None
+    return _evaluate(text)
+
+
+def _evaluate(text: str) -> str | None:
+    """Integer arithmetic as bash does it (division truncates toward zero)."""
+    tokens = re.findall(r"\d+|[-+*/%()]", text)
+    pos = 0
+
+    def atom() -> int:
+        nonlocal pos
+        tok = tokens[pos]
+        pos += 1
+        if tok == "(":
+            value = sum_()
+            pos += 1
+            return value
+        if tok == "-":
+            return -atom()
+        if tok == "+":
+            return atom()
+        return int(tok)
+
+    def product() -> int:
+        nonlocal pos
+        value = atom()
+        while pos < len(tokens) and tokens[pos] in "*/%":
+            op = tokens[pos]
+            pos += 1
+            right = atom()
+            if op == "*":
+                value *= right
+            else:
+                quotient = abs(value) // abs(right) * (1 if (value >= 0) == (right > 0) else -1)
+                value = quotient if op == "/" else value - quotient * right
+        return value
+
+    def sum_() -> int:
+        nonlocal pos
+        value = product()
+        while pos < len(tokens) and tokens[pos] in "+-":
+            op = tokens[pos]
+            pos += 1
+            value = value + product() if op == "+" else value - product()
+        return value
+
+    try:
+        result = sum_()
+    except (IndexError, ZeroDivisionError, ValueError):
+        return None
+    return str(result) if pos == len(tokens) else None
