@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from torchslurm.cli.sandbox import hint_sandbox
 from torchslurm.errors import ConfigError
 
 # The names scancel --signal knows (Slurm src/common/proc_args.c, signals_mapping), in its order;
@@ -22,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--signal", default=None, metavar="SIG",
                         help="send SIG to the job's tasks instead of cancelling it: "
                         f"{', '.join(SCANCEL_SIGNALS)} (SIG prefix optional) or a number")
-    parser.set_defaults(handler=handle)
+    parser.set_defaults(handler=hint_sandbox(handle))
 
 
 def check_signal(text: str) -> str:

@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from torchslurm.cli.sandbox import hint_sandbox
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -17,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--rank", type=int, default=None, metavar="R", help="only rank R's output")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     parser.add_argument("--poll-s", type=float, default=1.0, help=argparse.SUPPRESS)
-    parser.set_defaults(handler=handle)
+    parser.set_defaults(handler=hint_sandbox(handle))
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from torchslurm.errors import SlurmError
 from torchslurm.sandbox import cluster as sandbox
 from torchslurm.sandbox.config import DEFAULT_LAB_DIR
 
@@ -86,3 +90,32 @@ def _print_status(st: sandbox.SandboxStatus) -> None:
         print(f"  {name:<16} {'pid ' + str(pid) if pid else 'not running'}")
     for node, state in sorted(st.node_states.items(), key=lambda kv: int(kv[0].removeprefix("node"))):
         print(f"  {node:<16} {state}")
+
+
+def unpointed_shell_hint(exc: SlurmError, environ: Mapping[str, str],
+                         lab_dir: Callable[[], Path | None] = sandbox.running_lab_dir) -> SlurmError:
+    """`exc` (a Slurm command that found no controller) with the hint to source the sandbox's env.sh
+    when a sandbox is up and this shell's SLURM_CONF is not its own; `exc` itself otherwise. The
+    generic hint would say to bring one up, which is wrong when one is running."""
+    from torchslurm.jobs.slurm import controller_unreachable
+
+    running = lab_dir()
+    cfg = sandbox.load_config(running) if running is not None else None
+    if cfg is None or environ.get("SLURM_CONF") == str(cfg.slurm_conf) or not controller_unreachable(exc.message):
+        return exc
+    return SlurmError(exc.message, f"a sandbox cluster is up in {cfg.lab_dir}, but this shell is not pointed at "
+                      f"it: run `source {cfg.env_file}` (it sets SLURM_CONF and PATH), then retry.")
+
+
+def hint_sandbox(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A job command's handler whose no-controller errors point at a running sandbox's env.sh."""
+    @functools.wraps(handler)
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except SlurmError as exc:
+            better = unpointed_shell_hint(exc, os.environ)
+            if better is exc:
+                raise
+            raise better from exc
+    return wrapped

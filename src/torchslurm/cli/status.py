@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from torchslurm.cli.sandbox import hint_sandbox
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -13,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "reason or node list, name). With JOB: its state, reason, nodes, elapsed time, exit code, restarts "
         "and log files, from scontrol, so also for a job that has just left the queue.")
     parser.add_argument("job", nargs="?", help="job id (default: all your queued jobs)")
-    parser.set_defaults(handler=handle)
+    parser.set_defaults(handler=hint_sandbox(handle))
 
 
 def handle(args: argparse.Namespace) -> int:

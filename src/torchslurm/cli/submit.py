@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from torchslurm.cli.sandbox import hint_sandbox
 from torchslurm.cli.script import add_spec_arguments, findings_of, report, spec_from_args
 
 
@@ -16,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_spec_arguments(parser)
     parser.add_argument("--run-dir", type=Path, default=None, metavar="DIR",
                         help="where the script and logs go (default: ./torchslurm-runs/<name>)")
-    parser.set_defaults(handler=handle)
+    parser.set_defaults(handler=hint_sandbox(handle))
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -79,6 +79,11 @@ _UNREACHABLE = ("Could not establish a configuration source", "Unable to process
 _JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,%-]+\]))?(?:\+[0-9]+)?")
 
 
+def controller_unreachable(text: str) -> bool:
+    """Whether a Slurm client's message says it found no controller (or was not found itself)."""
+    return "not found on PATH" in text or any(sign in text for sign in _UNREACHABLE)
+
+
 def failure_hint(stderr: str) -> str:
     """The HINT for a failed Slurm command, from what it printed."""
     if any(sign in stderr for sign in _UNREACHABLE):

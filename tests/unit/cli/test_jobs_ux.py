@@ -318,3 +318,23 @@ def test_cancel_of_a_job_that_already_ended_says_so(monkeypatch: pytest.MonkeyPa
         "scontrol_cancelled.txt"))
     assert main(["cancel", "2"]) == 0
     assert capsys.readouterr().out == "job 2 had already ended (CANCELLED): nothing to cancel\n"
+
+
+def test_a_shell_not_pointed_at_a_running_sandbox_is_told_to_source_its_env_sh(tmp_path: Path) -> None:
+    from torchslurm.cli.sandbox import unpointed_shell_hint
+    from torchslurm.errors import SlurmError
+    from torchslurm.sandbox.config import SandboxConfig, state_json
+
+    cfg = SandboxConfig(lab_dir=tmp_path, python_bin=tmp_path / "bin")
+    (tmp_path / "sandbox.json").write_text(state_json(cfg))
+    no_controller = SlurmError("squeue failed (1): squeue: fatal: Could not establish a configuration source.",
+                               "generic")
+    better = unpointed_shell_hint(no_controller, {}, lab_dir=lambda: tmp_path)
+    assert (better.message, better.hint) == (no_controller.message, (
+        f"a sandbox cluster is up in {tmp_path}, but this shell is not pointed at it: run `source "
+        f"{tmp_path}/env.sh` (it sets SLURM_CONF and PATH), then retry."))
+    pointed = {"SLURM_CONF": str(cfg.slurm_conf)}
+    assert unpointed_shell_hint(no_controller, pointed, lab_dir=lambda: tmp_path) is no_controller
+    assert unpointed_shell_hint(no_controller, {}, lab_dir=lambda: None) is no_controller  # no sandbox up
+    other = SlurmError("job 5 is unknown to Slurm.", "generic")
+    assert unpointed_shell_hint(other, {}, lab_dir=lambda: tmp_path) is other
