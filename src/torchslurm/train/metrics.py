@@ -126,13 +126,15 @@ def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:
 
 
 class CurvePlotter:
-    """curves.png kept current off the training path: drawn in a background thread at most every
-    `min_interval_s`, and once more on `close()` (the end of fit). Drawing costs 0.3-1 s of CPU
-    (importing matplotlib first); done at each epoch end on rank 0, every other rank waited for it
-    at the next collective. A failed draw is a warning: a plot never stops training."""
+    """curves.png kept current off the training path. Drawing costs 0.3-2 s of CPU (importing
+    matplotlib first); done at each epoch end on rank 0, every other rank would wait for it at the
+    next collective. So it is drawn in a background thread, at most every `min_interval_s` during
+    training and once more after the last epoch; that last draw is not waited for by `close()`:
+    rank 0 finishes it before its process exits (the thread is not a daemon), while fit returns at
+    once and no rank waits. A failed draw is a warning: a plot never stops training."""
 
     def __init__(self, path: Path, records: Callable[[], Iterable[Mapping[str, Any]]],
-                 min_interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 min_interval_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
                  draw: Callable[[list[Mapping[str, Any]], Path], None] = plot_curves) -> None:
         self.path, self.min_interval_s = path, min_interval_s
         self._records, self._clock, self._draw = records, clock, draw
@@ -146,18 +148,29 @@ class CurvePlotter:
         self._stale = True
         busy = self._thread is not None and self._thread.is_alive()
         if not busy and self._clock() - self._last >= self.min_interval_s:
-            self._stale, self._last = False, self._clock()
-            self._thread = threading.Thread(target=self._draw_safely, args=(list(self._records()),), daemon=True,
-                                            name="torchslurm-curves")
-            self._thread.start()
+            self._start(final=False)
 
     def close(self) -> None:
-        """Wait for a draw in flight, then draw what it did not include."""
+        """Draw what no draw included yet, after the one in flight, without waiting for it."""
+        if self._stale:
+            self._start(final=True)
+
+    def wait(self) -> None:
+        """Until the newest draw has finished (tests; a caller that reads curves.png next)."""
         if self._thread is not None:
             self._thread.join()
-        if self._stale:
-            self._stale = False
+
+    def _start(self, final: bool) -> None:
+        previous = self._thread
+        self._stale, self._last = False, self._clock()
+
+        def draw() -> None:
+            if previous is not None:
+                previous.join()
             self._draw_safely(list(self._records()))
+
+        self._thread = threading.Thread(target=draw, daemon=not final, name="torchslurm-curves")
+        self._thread.start()
 
     def _draw_safely(self, records: list[Mapping[str, Any]]) -> None:
         try:

@@ -94,8 +94,10 @@ def test_curves_are_not_drawn_at_an_epoch_end_of_a_short_run_only_once_at_the_en
         plotter.update()
     assert drawn == []  # no epoch end of this 15 s run paid for a plot
     plotter.close()
+    plotter.wait()
     assert drawn == [[1, 2, 3]]
     plotter.close()
+    plotter.wait()
     assert drawn == [[1, 2, 3]]  # nothing new: not drawn again
 
 
@@ -118,8 +120,10 @@ def test_a_long_run_redraws_in_the_background_at_most_once_per_interval(tmp_path
     records.append(_epoch(2))
     clock.now = 200
     plotter.update()  # due, but a draw is in flight: not a second thread, just remembered
+    plotter.close()  # returns at once: the final draw waits for the one in flight, in its own thread
+    assert drawn == []
     release.set()
-    plotter.close()
+    plotter.wait()
     assert drawn == [[1], [1, 2]]
 
 
@@ -130,6 +134,7 @@ def test_a_failing_draw_is_a_warning_not_a_failed_run(tmp_path: Path, caplog: An
     plotter = CurvePlotter(tmp_path / "curves.png", lambda: [_epoch(1)], draw=broken)
     plotter.update()
     plotter.close()
+    plotter.wait()
     assert "could not draw" in caplog.text and "No space left on device" in caplog.text
 
 
