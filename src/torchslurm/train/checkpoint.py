@@ -1,6 +1,8 @@
 """Checkpoints that readers see whole or not at all.
 
-Layout: `<root>/step-000000123/state.pt` plus `COMPLETE` (JSON: step, sha256 of state.pt). A
+Layout: `<root>/step-000000123/state.pt` plus `COMPLETE` (JSON: step, and the sha256 of every file:
+`files`; a single-file checkpoint of format 1 has `sha256` of state.pt). Sharded checkpoints (format
+2, train.dcp) add `shards/` (torch.distributed.checkpoint) and one `rank-NNNNN.pt` per rank. A
 checkpoint is written into a staging directory, fsynced, renamed into place (atomic within one
 filesystem), and only counts once its `COMPLETE` marker exists and its checksum matches.
 Loading uses `torch.load(weights_only=True)`: a checkpoint never unpickles arbitrary objects, so
@@ -44,6 +46,15 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def fsync(path: Path) -> None:
+    """Flush a file (or a folder's entries) to disk."""
+    _fsync(path)
+
+
+def sha256(path: Path) -> str:
+    return _sha256(path)
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -57,16 +68,24 @@ def save(root: Path, step: int, state: Mapping[str, Any], keep_last: int = 2) ->
     complete checkpoints. Call it on one rank only (rank 0)."""
     root = Path(root)
     final, staging = step_dir(root, step), root / f".staging-{step:09d}-{os.getpid()}"
-    _remove_leftovers(root)
+    remove_leftovers(root)
     staging.mkdir(parents=True)
     torch.save(dict(state), staging / STATE_FILE)
     _fsync(staging / STATE_FILE)
     marker = {"step": step, "sha256": _sha256(staging / STATE_FILE)}
     (staging / MARKER).write_text(json.dumps(marker) + "\n")
+    publish(staging, final, keep_last)
+    return final
+
+
+def publish(staging: Path, final: Path, keep_last: int) -> None:
+    """Make a staged checkpoint folder (its files and marker fsynced) the checkpoint `final`: fsync,
+    rename, fsync the parent, then delete all but the newest `keep_last` complete ones."""
+    root = final.parent
     _fsync(staging / MARKER)
     _fsync(staging)
     if final.exists():  # the same step saved again (e.g. after a resume): swap the old one out
-        trash = root / f".trash-{step:09d}-{os.getpid()}"
+        trash = root / f".trash-{final.name}-{os.getpid()}"
         os.replace(final, trash)
         os.replace(staging, final)
         shutil.rmtree(trash)
@@ -75,10 +94,9 @@ def save(root: Path, step: int, state: Mapping[str, Any], keep_last: int = 2) ->
     _fsync(root)
     prune(root, keep_last)
     logger.debug("checkpoint saved: %s", final)
-    return final
 
 
-def _remove_leftovers(root: Path) -> None:
+def remove_leftovers(root: Path) -> None:
     """Staging folders of writers that died mid-save (kill -9, node loss): never complete, never read."""
     for leftover in [*root.glob(".staging-*"), *root.glob(".trash-*")] if root.is_dir() else []:
         logger.debug("removing %s, left by an interrupted save", leftover)
@@ -114,10 +132,17 @@ def _reason(exc: Exception) -> str:
     return text.strip().split(". ")[0].split("\n")[0]
 
 
-def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load one checkpoint (a step-N directory or its state.pt), verifying marker and checksum."""
+def folder_of(path: Path) -> Path:
+    """The step-N folder of `path` (the folder itself, or its state.pt)."""
     path = Path(path)
-    folder = path.parent if path.name == STATE_FILE else path
+    return path.parent if path.name == STATE_FILE else path
+
+
+def load(path: Path, map_location: str | torch.device = "cpu", verify: bool = True) -> dict[str, Any]:
+    """Load one checkpoint's state.pt (`path`: a step-N directory or its state.pt), after verifying
+    its marker and the checksum of every file it lists (`verify=False`: trust a check made already)."""
+    path = Path(path)
+    folder = folder_of(path)
     state_file, marker_file = folder / STATE_FILE, folder / MARKER
     if not state_file.is_file():
         raise CheckpointError(
@@ -130,19 +155,23 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
             f"checkpoint {folder} has no {MARKER} marker: its writer did not finish.",
             "resume from an older step-N directory, or use resume=auto to pick the newest complete one."
         )
-    try:
-        expected = json.loads(marker_file.read_text())["sha256"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint {folder}: unreadable {MARKER} marker ({exc}).",
-                              "delete this directory; resume=auto then uses the previous one.") from exc
-    actual = _sha256(state_file)
-    if actual != expected:
-        raise CheckpointError(
-            f"checkpoint {state_file} has sha256 {actual[:12]}…, but its marker says {expected[:12]}…: "
-            "the file is corrupt or truncated.",
-            "delete this directory; resume=auto then uses the "
-            "previous complete checkpoint."
-        )
+    for name, expected in _expected_files(folder, marker_file).items() if verify else ():
+        if not (folder / name).is_file():
+            raise CheckpointError(f"checkpoint {folder}: {name} is missing, though its {MARKER} marker lists it.",
+                                  "delete this directory; resume=auto then uses the previous complete checkpoint.")
+        actual = _sha256(folder / name)
+        if actual != expected:
+            raise CheckpointError(
+                f"checkpoint {folder / name} has sha256 {actual[:12]}…, but its marker says {expected[:12]}…: "
+                "the file is corrupt or truncated.",
+                "delete this directory; resume=auto then uses the "
+                "previous complete checkpoint."
+            )
+    return load_plain(state_file, map_location)
+
+
+def load_plain(state_file: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """A dict of tensors and plain types from one file, never unpickling anything else."""
     try:
         state = torch.load(state_file, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises many types (pickle, zip, RuntimeError) for bad files
@@ -155,6 +184,23 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
         raise CheckpointError(f"checkpoint {state_file} holds a {type(state).__name__}, expected a dict.",
                               "it was not written by torchslurm; pass a torchslurm step-N directory.")
     return state
+
+
+def _expected_files(folder: Path, marker_file: Path) -> dict[str, str]:
+    """File (relative to `folder`) -> sha256, from the marker: `files` in sharded checkpoints, the
+    one `sha256` of state.pt in single-file ones."""
+    try:
+        marker = json.loads(marker_file.read_text())
+        files = marker["files"] if "files" in marker else {STATE_FILE: marker["sha256"]}
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise TypeError("files is not a mapping of names to checksums")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {folder}: unreadable {MARKER} marker ({exc}).",
+                              "delete this directory; resume=auto then uses the previous one.") from exc
+    if any(Path(name).is_absolute() or ".." in Path(name).parts for name in files):
+        raise CheckpointError(f"checkpoint {folder}: its {MARKER} marker names files outside the folder.",
+                              "it was not written by torchslurm; delete this directory.")
+    return files
 
 
 def load_latest(root: Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict[str, Any]] | None:

@@ -8,7 +8,6 @@ key is spelled exactly like the dataclass field.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -18,9 +17,11 @@ import yaml
 
 from torchslurm.configfile import load_yaml, read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError, below_minimum, not_one_of
+from torchslurm.train.preflight import run_dir_problem
 
 LR_SCALINGS = ("none", "linear", "sqrt")
 AMP_MODES = ("off", "bf16", "fp16")
+STRATEGIES = ("ddp", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,17 @@ class TrainConfig:
     """auto (newest complete checkpoint in run_dir, if any) | never | a checkpoint folder (a step-N directory)."""
     log_every: int = 50
     """Optimizer steps between progress lines and metrics.jsonl step records (0: off)."""
+    strategy: str = "ddp"
+    """ddp (every rank holds the whole model) | fsdp (FSDP2: parameters, gradients and optimizer state sharded)."""
+    fsdp_wrap: str = ""
+    """fsdp: comma-separated module class names sharded as units (e.g. Block); empty: every child holding
+    at least 10% of the parameters."""
+    fsdp_reshard_after_forward: bool = True
+    """fsdp: free gathered parameters after each unit's forward (less memory, one more all-gather in backward)."""
+    activation_checkpointing: bool = False
+    """fsdp: recompute each sharded unit's activations in backward instead of keeping them."""
+    checkpoint_async: bool = False
+    """Write checkpoints in the background (staged to CPU memory first); training goes on meanwhile."""
 
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
@@ -71,6 +83,11 @@ class TrainConfig:
             _at_least(self, "grad_clip", 0, "grad_clip=0 turns clipping off; e.g. grad_clip=1.0 clips the norm."),
             _choice("lr_scaling", self.lr_scaling, LR_SCALINGS),
             _choice("amp", self.amp, AMP_MODES),
+            _choice("strategy", self.strategy, STRATEGIES),
+            ConfigError("amp=fp16 with strategy=fsdp: FSDP's mixed precision casts parameters to bf16 and needs "
+                        "no GradScaler; fp16 with a GradScaler is supported with strategy=ddp only.",
+                        "use amp=bf16 with strategy=fsdp, or strategy=ddp.")
+            if self.amp == "fp16" and self.strategy == "fsdp" else None,
             None if self.resume else ConfigError(
                 "resume='' is empty; expected auto, never or a checkpoint directory.",
                 "resume=auto continues from the newest checkpoint in run_dir."),
@@ -180,7 +197,7 @@ def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> No
     ConfigError.raise_any([
         device_problem(cfg, "cuda" if cuda_devices else "cpu"),
         _resume_problem(cfg.resume, cfg.run_dir),
-        _run_dir_problem(cfg.run_dir),
+        run_dir_problem(cfg.run_dir),
         _data_dir_problem(example),
     ])
 
@@ -208,20 +225,6 @@ def _resume_problem(resume: str, run_dir: Path) -> ConfigError | None:
     if missing:
         return ConfigError(f"resume={resume!r}: {folder} has no {' or '.join(missing)}, so it is not a complete "
                            "torchslurm checkpoint; expected auto, never or a step-N directory.", hint)
-    return None
-
-
-def _run_dir_problem(run_dir: Path) -> ConfigError | None:
-    """run_dir must be (or become) a writable directory: its nearest existing part must be a directory."""
-    existing = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("."))
-    if not existing.is_dir():
-        what = "is an existing file" if existing == run_dir else f"is inside {existing}, which is a file"
-        return ConfigError(f"run_dir={run_dir} {what}; expected a directory for checkpoints/ and metrics.jsonl.",
-                           "point run_dir at a directory (it is created if missing), e.g. run_dir=runs/demo.")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        what = "is not writable" if existing == run_dir else f"cannot be created: {existing} is not writable"
-        return ConfigError(f"run_dir={run_dir} {what}; checkpoints/ and metrics.jsonl are written there.",
-                           "choose a directory you can write to, e.g. run_dir=$HOME/runs/demo.")
     return None
 
 

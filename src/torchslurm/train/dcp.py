@@ -1,0 +1,254 @@
+"""Sharded checkpoints (format 2), the same for DDP and FSDP: every rank writes its own files and
+no rank gathers the model.
+
+    step-000000123/
+      shards/          model and optimizer tensors, by torch.distributed.checkpoint (DCP):
+                       each rank its shard (replicated DDP tensors are written once)
+      rank-00000.pt    each rank's RNG states and metric sums
+      state.pt         rank 0: epoch, position, scaler, scheduler, config, the optimizer's
+                       non-tensor settings
+      COMPLETE         written last, by rank 0, once every rank said its files are on disk:
+                       the sha256 of each file
+
+The folder is written as `.staging-<step>` and renamed (checkpoint.publish). Loading goes through
+`get_state_dict`/`set_state_dict` with the optimizer flattened to parameter names, so a run saved
+on 4 ranks loads on 2 or 3: DCP reads whatever part of each tensor a rank now holds. Only tensors
+go through DCP, whose reader is given a restricted unpickler for its `.metadata`; everything else
+is a `torch.load(weights_only=True)` file: a load never unpickles arbitrary objects.
+
+Asynchronous saves stage the tensors to CPU memory at the step boundary, then a thread writes
+them and finishes the checkpoint over a Gloo group of its own, so the training loop's collectives
+never meet the writer's.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import pickle
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+from torchslurm.errors import CheckpointError
+from torchslurm.train import checkpoint
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 2
+SHARDS = "shards"
+_FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+def rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def split_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tensors for DCP, everything else) of model and optimizer, keyed `model.<name>` and
+    `optim.<flattened name>`. The tensors are the live ones (DTensor shards under FSDP)."""
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_FLAT)
+    tensors: dict[str, Any] = {}
+    plain: dict[str, Any] = {}
+    for prefix, part in (("model.", model_sd), ("optim.", optim_sd)):
+        for key, value in part.items():
+            (tensors if isinstance(value, torch.Tensor) else plain)[prefix + key] = value
+    return tensors, plain
+
+
+def stage(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copies in CPU memory (DTensors stay DTensors), so training may change the originals."""
+    return {k: v.detach().to("cpu") if v.device.type != "cpu" else v.detach().clone() for k, v in tensors.items()}
+
+
+@dataclass
+class Snapshot:
+    """One rank's part of a checkpoint, taken at an optimizer-step boundary."""
+
+    root: Path
+    step: int
+    tensors: dict[str, Any]
+    rank_state: dict[str, Any]
+    trainer_state: dict[str, Any] | None
+    """Rank 0's state.pt; None on the other ranks."""
+    keep_last: int
+
+
+def write(snap: Snapshot, group: dist.ProcessGroup | None = None) -> Path:
+    """Write `snap` on every rank of `group` and publish the checkpoint once all agree; returns its folder.
+
+    All ranks call it. Rank 0 clears leftovers of interrupted saves and creates the staging folder;
+    each rank writes its shard and rank file, fsyncs them and reports their checksums; rank 0
+    writes COMPLETE with all of them and renames the folder; a last barrier keeps every rank from
+    starting the next save before this one is in place."""
+    rank = dist.get_rank() if _distributed() else 0
+    final = checkpoint.step_dir(snap.root, snap.step)
+    staging = snap.root / f".staging-{snap.step:09d}"
+    if rank == 0:
+        checkpoint.remove_leftovers(snap.root)
+        (staging / SHARDS).mkdir(parents=True)
+    _barrier(group)
+    with _quiet_without_group():
+        dcp_save(snap.tensors, storage_writer=FileSystemWriter(staging / SHARDS, sync_files=True),
+                 process_group=group, no_dist=not _distributed())
+    written = [staging / rank_file(rank)]
+    torch.save(snap.rank_state, written[0])
+    if snap.trainer_state is not None:
+        torch.save(snap.trainer_state, staging / checkpoint.STATE_FILE)
+        written += [staging / checkpoint.STATE_FILE, staging / SHARDS / ".metadata"]
+    written += sorted((staging / SHARDS).glob(f"__{rank}_*.distcp"))
+    mine = {}
+    for path in written:
+        checkpoint.fsync(path)
+        mine[str(path.relative_to(staging))] = checkpoint.sha256(path)
+    everyone: list[Any] = [mine]
+    if _distributed():
+        everyone = [None] * dist.get_world_size(group)
+        dist.all_gather_object(everyone, mine, group=group)
+    if rank == 0:
+        files = {name: digest for part in everyone for name, digest in part.items()}
+        marker = {"step": snap.step, "format": FORMAT, "files": dict(sorted(files.items()))}
+        (staging / checkpoint.MARKER).write_text(json.dumps(marker) + "\n")
+        checkpoint.fsync(staging / SHARDS)
+        checkpoint.publish(staging, final, snap.keep_last)
+    _barrier(group)
+    return final
+
+
+@contextmanager
+def _quiet_without_group() -> Iterator[None]:
+    """DCP warns that it assumes one process when there is no process group: here that is meant."""
+    with warnings.catch_warnings():
+        if not _distributed():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _barrier(group: dist.ProcessGroup | None) -> None:
+    if _distributed():
+        dist.barrier(group=group)
+
+
+class AsyncWriter:
+    """At most one checkpoint written in the background, on a Gloo group of its own.
+
+    `start()` waits for the save in flight (if any), then starts this one; `wait()` returns once
+    it is published and re-raises its error here, on the training thread."""
+
+    def __init__(self) -> None:
+        self._group: dist.ProcessGroup | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.last: Path | None = None
+
+    def start(self, snap: Snapshot) -> None:
+        self.wait()
+        if self._group is None and _distributed():
+            self._group = dist.new_group(backend="gloo")  # a collective: every rank starts its first save
+        self._thread = threading.Thread(target=self._run, args=(snap,), name="torchslurm-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self, snap: Snapshot) -> None:
+        try:
+            self.last = write(snap, self._group)
+        except BaseException as exc:  # reported on the training thread by wait()
+            self._error = exc
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> Path | None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise CheckpointError(f"the background checkpoint save failed: {type(error).__name__}: {error}",
+                                  "check free space and permissions of run_dir; the previous checkpoint "
+                                  "is still complete.") from error
+        return self.last
+
+
+# ---- loading ------------------------------------------------------------------------------------
+_METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
+                     "torch.distributed.checkpoint.planner")
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """DCP's `.metadata` holds its own dataclasses, torch.Size and dtypes: nothing else is let in."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = super().find_class(module, name)
+        if module in _METADATA_MODULES and isinstance(found, type):
+            return found
+        if module == "torch" and (found is torch.Size or isinstance(found, torch.dtype | torch.layout |
+                                                                     torch.memory_format)):
+            return found
+        if (module, name) in (("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
+                              ("builtins", "set"), ("builtins", "frozenset"),
+                              ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
+                              ("pathlib", "PureWindowsPath")):
+            return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in checkpoint metadata")
+
+
+class SafeReader(FileSystemReader):
+    """DCP's file reader, reading `.metadata` with the restricted unpickler."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        path = Path(self.path) / (".metadata" if kwargs.get("rank") is None else f"__{kwargs['rank']}.metadata")
+        try:
+            metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+        except (pickle.UnpicklingError, EOFError, AttributeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint metadata {path} cannot be read safely: {exc}.",
+                                  "it was not written by torchslurm, or is corrupt; delete this directory.") from exc
+        from torch.distributed.checkpoint.metadata import StorageMeta
+
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def load_into(folder: Path, state: Mapping[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Model and optimizer from `folder`'s shards (and `state`, its state.pt), resharded to however
+    they are spread now. Every rank calls it."""
+    tensors, _ = split_state(model, optimizer)  # targets shaped as now (optimizer state initialised)
+    with _quiet_without_group():
+        dcp_load(tensors, storage_reader=SafeReader(folder / SHARDS), no_dist=not _distributed())
+    values = {**tensors, **state["optim_plain"]}
+    model_sd = {k.removeprefix("model."): v for k, v in values.items() if k.startswith("model.")}
+    optim_sd = {k.removeprefix("optim."): v for k, v in values.items() if k.startswith("optim.")}
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=_FLAT)
+
+
+def load_single_file(state: Mapping[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """A format-1 checkpoint (the whole model and optimizer in state.pt, saved by rank 0) into a
+    plain or FSDP-sharded model: its optimizer state is keyed by parameter position, named here."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    saved = state["optimizer"]
+    optim_sd: dict[str, Any] = {
+        "state": {order[int(i)]: v for i, v in saved["state"].items()},
+        "param_groups": [{**g, "params": [order[int(i)] for i in g["params"]]} for g in saved["param_groups"]],
+    }
+    set_state_dict(model, optimizer, model_state_dict=dict(state["model"]), optim_state_dict=optim_sd,
+                   options=StateDictOptions(full_state_dict=True))

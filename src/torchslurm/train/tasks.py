@@ -1,0 +1,94 @@
+"""What a model is trained to do, as far as the metrics care: which sums a batch adds, what they
+mean, and what one unit of throughput is.
+
+Every task keeps the exact-metrics layout of train.metrics: per batch a float64 vector
+[loss·n, extra, n] summed over the ranks; `n` counts the task's units (samples, or tokens) and
+`extra` is the task's own count (correct predictions for a classifier). A task of your own:
+
+    Task("regression", unit="samples", metrics=lambda t: {"loss": t.avg_loss, "rmse": t.avg_loss ** 0.5})
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from torchslurm.train.metrics import Totals
+
+
+def _samples(target: torch.Tensor) -> int:
+    return int(target.shape[0])
+
+
+def _argmax_hits(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor | int:
+    if output.dim() == 2 and target.dim() == 1:
+        return (output.argmax(dim=1) == target).sum()
+    return 0
+
+
+@dataclass(frozen=True)
+class Task:
+    """How batches become metrics."""
+
+    name: str
+    metrics: Callable[[Totals], dict[str, float]]
+    """Named metrics of summed totals; "loss" first. They appear as train_<name> and val_<name>."""
+    unit: str = "samples"
+    """What `n` counts: the throughput unit of the progress line (samples/s, tokens/s)."""
+    count: Callable[[torch.Tensor], int] = _samples
+    """Units in a batch, from its target (from shapes: no device sync)."""
+    extra: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | int] | None = None
+    """The second sum of a batch (e.g. correct predictions); None: 0."""
+    flops_per_unit: float = 0.0
+    """Estimated training FLOPs (forward + backward) per unit; 0: no FLOP/s reported."""
+
+    def sums(self, output: torch.Tensor, target: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        """[loss·n, extra, n] for one batch, float64 on the batch's device (no sync). `loss` is the
+        batch mean over its units."""
+        n = self.count(target)
+        sums = torch.zeros(3, dtype=torch.float64, device=output.device)
+        sums[0], sums[2] = loss.detach().double() * n, n
+        if self.extra is not None:
+            sums[1] = self.extra(output, target)
+        return sums
+
+    def summary(self, totals: Totals) -> str:
+        """The epoch line's metrics, e.g. 'Avg Loss: 0.123456, Accuracy: 97.50%'."""
+        parts = [f"Avg Loss: {totals.avg_loss:.6f}"]
+        for name, value in self.metrics(totals).items():
+            if name == "accuracy":
+                parts.append(f"Accuracy: {100 * value:.2f}%")
+            elif name != "loss":
+                parts.append(f"{name.capitalize()}: {value:.4g}")
+        return ", ".join(parts)
+
+
+def classification() -> Task:
+    """Logits (N, classes) against class indices (N,): loss and accuracy per sample."""
+    return Task("classification", lambda t: {"loss": t.avg_loss, "accuracy": t.accuracy}, extra=_argmax_hits)
+
+
+def _tokens(target: torch.Tensor) -> int:
+    return int(target.numel())
+
+
+def _perplexity(totals: Totals) -> dict[str, float]:
+    return {"loss": totals.avg_loss, "perplexity": math.exp(min(totals.avg_loss, 700.0))}
+
+
+def language_model(flops_per_token: float = 0.0) -> Task:
+    """Logits (N, T, vocab) against next tokens (N, T): loss per token and perplexity; tokens/s."""
+    return Task("language_model", _perplexity, unit="tokens", count=_tokens, flops_per_unit=flops_per_token)
+
+
+def loss_only() -> Task:
+    """Loss per sample and nothing else."""
+    return Task("loss", lambda t: {"loss": t.avg_loss})
+
+
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy over every token of (N, T, vocab) logits and (N, T) targets."""
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
