@@ -275,17 +275,22 @@ class _Shell:
     srun: dict[str, str] | None
     srun_words: list[str] = field(default_factory=list)
 
-    def lookup(self, name: str) -> str | None:
+    counts: dict[str, str] = field(default_factory=dict)
+    """Slurm's counts fixed by the `#SBATCH` lines (SLURM_NNODES), for `$(( ))` only."""
+
+    def lookup(self, name: str, arithmetic: bool = False) -> str | None:
         if name in self.vars:
             return self.vars[name]
+        if arithmetic and name in self.counts:
+            return self.counts[name]
         return batch_marker(name) if name in PER_TASK_VARS and not self.per_task else None
 
     def child(self, srun: dict[str, str] | None, srun_words: list[str]) -> _Shell:
         """`bash -c CODE` run by this shell; under srun, by each task (which inherits the variables)."""
         if srun is not None and self.srun is None:
-            return _Shell(dict(self.vars), True, srun, srun_words)
+            return _Shell(dict(self.vars), True, srun, srun_words, self.counts)
         return _Shell(dict(self.vars), self.per_task, srun if srun is not None else self.srun,
-                      srun_words or self.srun_words)
+                      srun_words or self.srun_words, self.counts)
 
 
 _LAUNCHER_FLAGS: dict[str, AbstractSet[str]] = {
@@ -342,6 +347,8 @@ def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, heade
             script.ignored_directives.append((number, stripped, parse_options(words, SBATCH, False)[0]))
         if not stripped or stripped.startswith("#"):
             continue
+        if header and shell.per_task is False and shell.srun is None:
+            shell.counts.update(_slurm_counts(script.directives))
         header = False
         if stripped.startswith("case ") and _RANK_VARS_RE.search(stripped):
             in_case = True
@@ -352,6 +359,16 @@ def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, heade
             in_case = False
         for part, background in commands_ending(stripped):
             _parse_command(number, part, script, shell, background)
+
+
+def _slurm_counts(d: dict[str, str]) -> dict[str, str]:
+    """The job's counts as Slurm will set them, where the directives fix them."""
+    counts = {}
+    for option, names in (("nodes", ("SLURM_NNODES", "SLURM_JOB_NUM_NODES")), ("ntasks", ("SLURM_NTASKS",)),
+                          ("ntasks-per-node", ("SLURM_NTASKS_PER_NODE",))):
+        if d.get(option, "").isdigit():
+            counts.update(dict.fromkeys(names, d[option]))
+    return counts
 
 
 def _one_dash(word: str) -> bool:
@@ -515,8 +532,11 @@ def _launcher(words: list[str]) -> tuple[str | None, list[str]]:
         return "deepspeed", rest
     if name == "accelerate" and rest[:1] == ["launch"]:
         return "accelerate", rest[1:]
-    if _PYTHON_RE.match(name) and len(rest) >= 2 and rest[0] == "-m" and rest[1] in _LAUNCH_MODULES:
-        return _LAUNCH_MODULES[rest[1]], rest[2:]
+    if _PYTHON_RE.match(name):
+        flags = [w for w in rest if re.fullmatch(r"-[uBOsSE]+", w)]  # `python -u -m torch.distributed.run`
+        after = rest[len(flags):] if rest[:len(flags)] == flags else rest
+        if len(after) >= 2 and after[0] == "-m" and after[1] in _LAUNCH_MODULES:
+            return _LAUNCH_MODULES[after[1]], after[2:]
     return None, rest
 
 

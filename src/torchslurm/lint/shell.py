@@ -23,8 +23,9 @@ _MARKER_RE = re.compile(f"{_MARK}([A-Z_]+){_MARK}")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SPECIAL = "@*#?$!-0123456789"
 
-Lookup = Callable[[str], "str | None"]
-"""A variable's value as the current shell sees it, or None when lint cannot know it."""
+Lookup = Callable[[str, bool], "str | None"]
+"""A variable's value as the current shell sees it, or None when lint cannot know it; the flag says the
+name is read in `$(( ))`, where Slurm's counts that the `#SBATCH` lines fix (SLURM_NNODES) are known."""
 
 
 def batch_marker(name: str) -> str:
@@ -155,11 +156,11 @@ def expand(word: str, lookup: Lookup, split: bool = True) -> list[str]:
             i, started = end, True
         elif ch in "$`":
             value, i, known = _dollar(word, i, lookup)
-            if not known or not split or "$(" in value or "`" in value:  # a run-time value: one field, as a rule
+            if not known or not split:
                 current.append(value)
                 started = started or bool(value)
                 continue
-            pieces = value.split()
+            pieces = _fields(value)
             if value[:1].isspace() and (current or started):
                 fields.append("".join(current))
                 current, started = [], False
@@ -174,6 +175,23 @@ def expand(word: str, lookup: Lookup, split: bool = True) -> list[str]:
             i, started = i + 1, True
     if current or started:
         fields.append("".join(current))
+    return fields
+
+
+def _fields(value: str) -> list[str]:
+    """An unquoted expansion split at blanks; a `$(...)` or backtick kept for run time stays one piece."""
+    fields, start, i = [], None, 0
+    while i < len(value):
+        if value[i] in " \t\n":
+            if start is not None:
+                fields.append(value[start:i])
+                start = None
+            i += 1
+            continue
+        start = i if start is None else start
+        i = _skip_quoted(value, i) if value[i] == "`" or value.startswith("$(", i) else i + 1
+    if start is not None:
+        fields.append(value[start:])
     return fields
 
 
@@ -215,7 +233,7 @@ def _dollar(text: str, i: int, lookup: Lookup) -> tuple[str, int, bool]:
         if text[i + 1:i + 2] and text[i + 1] in _SPECIAL:
             return text[i:i + 2], i + 2, False
         return "$", i + 1, True
-    value = lookup(m.group(0))
+    value = lookup(m.group(0), False)
     return (text[i:m.end()], m.end(), False) if value is None else (value, m.end(), True)
 
 
@@ -224,7 +242,7 @@ def _braced(raw: str, lookup: Lookup) -> tuple[str, bool]:
     m = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)(.*))?\}", raw, re.DOTALL)
     if m is None:
         return raw, False
-    value = lookup(m.group(1))
+    value = lookup(m.group(1), False)
     if value is not None:
         return value, True
     if m.group(2) and not m.group(1).startswith("SLURM_"):  # Slurm sets its own at run time
@@ -239,7 +257,7 @@ def _arithmetic(expression: str, lookup: Lookup) -> str | None:
     """`$(( ... ))` with + - * / % and parentheses, when every name in it is known; a batch-expanded
     per-task variable in it makes the whole result that variable's marker."""
     def name(m: re.Match[str]) -> str:
-        value = lookup(m.group(0).lstrip("$"))
+        value = lookup(m.group(0).lstrip("$"), True)
         return f"({value})" if value is not None else m.group(0)
 
     text = re.sub(r"\$?[A-Za-z_][A-Za-z0-9_]*", name, expression)
