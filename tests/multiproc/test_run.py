@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -114,3 +116,51 @@ def test_two_torchrun_agents_whose_restart_counts_differ_still_form_one_group(
     assert [(r["rank"], r["sum"]) for r in records] == [(0, 2.0), (1, 2.0)]
     assert sorted(str(r["restart_count"]) for r in records) == ["0", "1"]  # the agents' counts differ
     assert records[0]["prefix"] == records[1]["prefix"]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (in a container nobody may reap an orphan's zombie at once)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_kill_9_of_the_launcher_takes_its_ranks_with_it(tmp_path: Path) -> None:
+    """SIGKILL gives the launcher no chance to stop its ranks (SIGHUP or SIGTERM would): the kernel
+    must, or they go on training as orphans."""
+    launcher = subprocess.Popen([*TORCHSLURM, "run", "--nproc", "2", str(SCRIPTS / "preempt_train.py"),
+                                 f"run_dir={tmp_path}", "epochs=1000", "step_sleep=0.2"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_environ())
+    pid_files = [tmp_path / "pids" / f"rank{r}.pid" for r in range(2)]
+    try:
+        deadline = time.monotonic() + 120  # a bound on the start-up, not a measurement
+        while not all(p.is_file() and p.read_text().strip() for p in pid_files):
+            assert launcher.poll() is None and time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.2)
+        ranks = [int(p.read_text().split()[0]) for p in pid_files]
+        assert all(_running(pid) for pid in ranks)
+        launcher.kill()
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_running(pid) for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [pid for pid in ranks if _running(pid)] == [], "ranks outlived their launcher"
+    finally:
+        launcher.kill()
+        for pid in [int(p.read_text().split()[0]) for p in pid_files if p.is_file() and p.read_text().strip()]:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_the_trainer_api_refuses_a_run_dir_it_cannot_write_before_any_rank_trains() -> None:
+    """The README's script with run_dir=/proc/foo: one ConfigError per rank from the Trainer, no OSError
+    from deep inside the metrics log, no DistributedError from the rank left waiting."""
+    result = subprocess.run([*TORCHSLURM, "run", "--nproc", "2", str(SCRIPTS / "readme_trainer.py"), "/proc/foo",
+                             "1"], capture_output=True, text=True, timeout=180, env=clean_environ())
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    refusal = "ConfigError: run_dir=/proc/foo cannot be created (No such file or directory: /proc/foo)"
+    assert output.count(refusal) == 2, output
+    assert "OSError" not in output and "DistributedError" not in output and "epoch 1" not in output

@@ -1,0 +1,45 @@
+"""Checks on the file system that a run needs before any rank trains (effects, so not in a config's
+`__post_init__`): used by `torchslurm train` before it starts the ranks (train.config.preflight)
+and by the Trainer itself before its first step, so the API gets one clear error too."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from torchslurm.errors import ConfigError
+
+__all__ = ["run_dir_problem"]
+
+
+def run_dir_problem(run_dir: Path, *, keep_created: bool = False) -> ConfigError | None:
+    """run_dir must be, or become, a directory this process can write. Tried for real: permission
+    bits do not tell (root passes every check, a read-only mount or /proc/... refuses anyway).
+    Folders created for the test are removed again (a dry run leaves nothing behind) unless
+    `keep_created`: ranks that test one shared run_dir at once must not remove it under each other."""
+    run_dir = Path(run_dir)
+    existing = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        what = "is an existing file" if existing == run_dir else f"is inside {existing}, which is a file"
+        return ConfigError(f"run_dir={run_dir} {what}; expected a directory for checkpoints/ and metrics.jsonl.",
+                           "point run_dir at a directory (it is created if missing), e.g. run_dir=runs/demo.")
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    probe = run_dir / f".torchslurm-write-test-{socket.gethostname()}-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        what = "cannot be created" if created else "is not writable"
+        return ConfigError(f"run_dir={run_dir} {what} ({exc.strerror or exc}: {exc.filename or run_dir}); "
+                           "checkpoints/ and metrics.jsonl are written there.",
+                           "choose a directory you can write to, on a filesystem every node sees, e.g. "
+                           "run_dir=$HOME/runs/demo.")
+    finally:
+        for folder in [] if keep_created else created:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+    return None

@@ -1,0 +1,23 @@
+"""train.preflight: run_dir is tried for real (mkdir and a probe file), not judged by permission bits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torchslurm.train.preflight import run_dir_problem
+
+
+def test_a_writable_run_dir_passes_and_only_keep_created_leaves_it(tmp_path: Path) -> None:
+    assert run_dir_problem(tmp_path / "x" / "y") is None
+    assert not (tmp_path / "x").exists()
+    assert run_dir_problem(tmp_path / "x" / "y", keep_created=True) is None
+    assert (tmp_path / "x" / "y").is_dir() and list((tmp_path / "x" / "y").iterdir()) == []
+
+
+def test_proc_and_a_path_under_a_file_are_refused_with_the_fix(tmp_path: Path) -> None:
+    proc = run_dir_problem(Path("/proc/foo"))
+    assert proc is not None and proc.message.startswith("run_dir=/proc/foo cannot be created (")
+    assert proc.hint is not None and "run_dir=$HOME/runs/demo" in proc.hint
+    (tmp_path / "file").write_text("")
+    under = run_dir_problem(tmp_path / "file" / "sub")
+    assert under is not None and f"is inside {tmp_path / 'file'}, which is a file" in under.message
