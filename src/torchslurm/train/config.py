@@ -21,6 +21,7 @@ from torchslurm.train.preflight import run_dir_problem
 
 LR_SCALINGS = ("none", "linear", "sqrt")
 AMP_MODES = ("off", "bf16", "fp16")
+STRATEGIES = ("ddp", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,17 @@ class TrainConfig:
     """auto (newest complete checkpoint in run_dir, if any) | never | a checkpoint folder (a step-N directory)."""
     log_every: int = 50
     """Optimizer steps between progress lines and metrics.jsonl step records (0: off)."""
+    strategy: str = "ddp"
+    """ddp (every rank holds the whole model) | fsdp (FSDP2: parameters, gradients and optimizer state sharded)."""
+    fsdp_wrap: str = ""
+    """fsdp: comma-separated module class names sharded as units (e.g. Block); empty: every child holding
+    at least 10% of the parameters."""
+    fsdp_reshard_after_forward: bool = True
+    """fsdp: free gathered parameters after each unit's forward (less memory, one more all-gather in backward)."""
+    activation_checkpointing: bool = False
+    """fsdp: recompute each sharded unit's activations in backward instead of keeping them."""
+    checkpoint_async: bool = False
+    """Write checkpoints in the background (staged to CPU memory first); training goes on meanwhile."""
 
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
@@ -71,6 +83,11 @@ class TrainConfig:
             _at_least(self, "grad_clip", 0, "grad_clip=0 turns clipping off; e.g. grad_clip=1.0 clips the norm."),
             _choice("lr_scaling", self.lr_scaling, LR_SCALINGS),
             _choice("amp", self.amp, AMP_MODES),
+            _choice("strategy", self.strategy, STRATEGIES),
+            ConfigError("amp=fp16 with strategy=fsdp: FSDP's mixed precision casts parameters to bf16 and needs "
+                        "no GradScaler; fp16 with a GradScaler is supported with strategy=ddp only.",
+                        "use amp=bf16 with strategy=fsdp, or strategy=ddp.")
+            if self.amp == "fp16" and self.strategy == "fsdp" else None,
             None if self.resume else ConfigError(
                 "resume='' is empty; expected auto, never or a checkpoint directory.",
                 "resume=auto continues from the newest checkpoint in run_dir."),

@@ -28,14 +28,17 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from torchslurm.errors import CheckpointError, ConfigError
 from torchslurm.jobs.slurm import run_command_status
-from torchslurm.train import checkpoint
+from torchslurm.train import checkpoint, dcp
 from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.data import ShardSampler, SkipSampler
-from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, batch_sums, totals
+from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import run_dir_problem
+from torchslurm.train.preflight import run_dir_problem
 from torchslurm.train.requeue import Runner, requeues_after_failure
+from torchslurm.train.strategy import Strategy
+from torchslurm.train.tasks import Task, classification
 from torchslurm.train.topology import topology
 from torchslurm.train.watchdog import Watchdog
 
@@ -89,7 +92,9 @@ class Trainer:
                  ctx: DistContext | None = None,
                  scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
                  should_stop: Callable[[], bool] | None = None, preemption: PreemptionConfig | None = None,
-                 environ: Mapping[str, str] = os.environ, run: Runner = run_command_status) -> None:
+                 environ: Mapping[str, str] = os.environ, run: Runner = run_command_status,
+                 task: Task | None = None) -> None:
+        ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True)])  # before any rank trains
         ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True)])  # before any rank trains
         self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device
@@ -97,10 +102,9 @@ class Trainer:
             raise ConfigError(f"amp=fp16 on device {self.device}: fp16 with GradScaler needs CUDA.",
                               "use amp=bf16 on CPU, or amp=off.")
         self.model = model.to(self.device)
-        self.ddp: nn.Module = self.model
-        if self.topo.world_size > 1:
-            ids = [self.device.index or 0] if self.device.type == "cuda" else None
-            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        self.strategy = Strategy(self.model, optimizer, config, self.topo)
+        self.ddp: nn.Module = self.strategy.module
+        self.task = task or classification()
         self.optimizer, self.loss_fn = optimizer, loss_fn
         self.train_data, self.val_data = train_data, val_data
         for group in optimizer.param_groups:
@@ -120,6 +124,7 @@ class Trainer:
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
         self._last_checkpoint: Path | None = None
         self._saved_step = -1
+        self._writer = dcp.AsyncWriter()
 
     @property
     def lr_factor(self) -> float:
@@ -138,7 +143,10 @@ class Trainer:
                 stack.callback(self.curves.close)
             if self._preemption is not None:
                 self._protect(stack, self._preemption)
-            result = self._fit()
+            try:
+                result = self._fit()
+            finally:
+                self._writer.wait()  # a preemption stop or the end: the requeued job finds it complete
             if result.stopped_early and self._preemption is not None:
                 result = replace(result, exit_code=self._preemption.finish(self.topo.rank))
         return result
@@ -158,8 +166,8 @@ class Trainer:
         self._announce()
         val: Totals | None = None
         if self.epoch >= self.config.epochs and self.is_main:
-            logger.info("%s already holds all %d epochs: nothing to train (epochs=%d to train more, "
-                        "resume=never to start over)", self.config.run_dir, self.epoch, self.epoch + 1)
+            logger.info("%s already holds all %d epochs: nothing to train (set epochs above %d to "
+                        "train more, or resume to never to start over)", self.config.run_dir, self.epoch, self.epoch)
         while self.epoch < self.config.epochs:
             started = time.perf_counter()
             seen = self._train_epoch()
@@ -215,7 +223,7 @@ class Trainer:
             sums = self._micro_step(inputs, targets, group_size, boundary)
             self._sums += sums
             window += sums
-            seen += len(targets)
+            seen += self.task.count(targets)
             if bar is not None:
                 bar.update(1)
             if not boundary:
@@ -239,21 +247,18 @@ class Trainer:
                     boundary: bool) -> torch.Tensor:
         """Forward and backward of one batch; its [loss·n, correct, n]. The loss is divided by the
         micro-steps of its accumulation group, so the summed gradient is their mean."""
-        sync: AbstractContextManager[Any] = nullcontext()
-        if not boundary and isinstance(self.ddp, DistributedDataParallel):
-            sync = self.ddp.no_sync()  # gradients accumulate locally; all-reduce on the boundary
-        with sync:
+        with self.strategy.accumulate(boundary):  # gradients accumulate locally; synced on the boundary
             with self._autocast():
                 output = self.ddp(inputs)
                 loss = self.loss_fn(output, targets)
             scaled: torch.Tensor = self.scaler.scale(loss / group_size)
             scaled.backward()  # type: ignore[no-untyped-call]
-        return batch_sums(output, targets, loss)
+        return self.task.sums(output, targets, loss)
 
     def _optimizer_step(self) -> None:
         if self.config.grad_clip:
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.strategy.clip(self.config.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -292,13 +297,19 @@ class Trainer:
                             num_workers=self.config.num_workers, pin_memory=self._pin,
                             generator=torch.Generator().manual_seed(self.config.seed))
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)
-        self.model.eval()  # the unwrapped module: no DDP hooks or collectives per batch
+        model = self.strategy.eval_module  # DDP: the unwrapped module, no hooks or collectives per batch
+        model.eval()
         with torch.no_grad(), self._autocast():
             for inputs, targets in loader:
                 inputs, targets = inputs.to(self.device), targets.to(self.device)
-                output = self.model(inputs).float()
-                sums += batch_sums(output, targets, self.loss_fn(output, targets))
-        self.model.train()
+                output = model(inputs).float()
+                sums += self.task.sums(output, targets, self.loss_fn(output, targets))
+            if self.strategy.sharded:  # each forward all-gathers: every rank runs as many as rank 0
+                most = math.ceil(math.ceil(len(data) / self.topo.world_size) / self.config.batch_size)  # type: ignore[arg-type]
+                dummy = next(iter(DataLoader(data, batch_size=1)))[0].to(self.device)
+                for _ in range(most - len(loader)):
+                    model(dummy)
+        model.train()
         return totals(all_reduce_sums(sums))
 
     def _finish_epoch(self, seen: int, elapsed_s: float) -> Totals:
@@ -311,14 +322,18 @@ class Trainer:
         self._sums.zero_()
         if not self.is_main:
             return val
-        rate = seen_all / elapsed_s if elapsed_s > 0 else 0.0
-        logger.info("Epoch %d - Avg Loss: %.6f, Accuracy: %.2f%%", self.epoch, val.avg_loss, 100 * val.accuracy)
-        logger.info("  train loss %.6f, train accuracy %.2f%%, %.0f samples/s (%.0f per rank), %.1f s",
-                    train.avg_loss, 100 * train.accuracy, rate, rate / self.topo.world_size, elapsed_s)
+        rate = seen_all / elapsed_s if elapsed_s > 0 else 0.0  # units (samples, tokens) this run trained
+        unit = self.task.unit
+        logger.info("Epoch %d - %s (validation)", self.epoch, self.task.summary(val))
+        logger.info("  train %s, %.0f %s/s (%.0f per rank), %.1f s", self.task.summary(train).lower(), rate, unit,
+                    rate / self.topo.world_size, elapsed_s)
         self.log.append({
-            "kind": "epoch", "epoch": self.epoch, "step": self.global_step, "train_loss": train.avg_loss,
-            "train_accuracy": train.accuracy, "val_loss": val.avg_loss, "val_accuracy": val.accuracy,
-            "val_samples": val.count, "samples_per_s": rate, "samples_per_s_per_rank": rate / self.topo.world_size,
+            "kind": "epoch", "epoch": self.epoch, "step": self.global_step,
+            **{f"train_{k}": v for k, v in self.task.metrics(train).items()},
+            **{f"val_{k}": v for k, v in self.task.metrics(val).items()},
+            f"val_{unit}": val.count, f"{unit}_per_s": rate,
+            f"{unit}_per_s_per_rank": rate / self.topo.world_size,
+            **({"flops_per_s": rate * self.task.flops_per_unit} if self.task.flops_per_unit else {}),
             "epoch_time_s": elapsed_s, "lr": self.optimizer.param_groups[0]["lr"],
         })
         self.curves.update()
@@ -337,10 +352,10 @@ class Trainer:
         logger.info("Starting distributed training on %d process%s (%d node%s × %d, %s, %s), master %s",
                     t.world_size, plural, t.num_nodes, "s" if t.num_nodes != 1 else "", t.local_world_size,
                     t.backend, t.device.type, t.master)
-        logger.info("run_dir %s: %d epoch%s, batch_size %d per rank, lr %g%s", self.config.run_dir, self.config.epochs,
-                    "s" if self.config.epochs != 1 else "", self.config.batch_size, self.config.lr,
+        logger.info("run_dir %s: %d epoch%s, batch_size %d per rank, lr %g%s, amp %s", self.config.run_dir,
+                    self.config.epochs, "s" if self.config.epochs != 1 else "", self.config.batch_size, self.config.lr,
                     "" if self.config.lr_scaling == "none" else
-                    f" ({self.config.lr_scaling} scaling → {self.config.lr * self.lr_factor:g})")
+                    f" ({self.config.lr_scaling} scaling → {self.config.lr * self.lr_factor:g})", self.config.amp)
 
     def _progress_bar(self, total: int) -> Any:
         """A tqdm bar on rank 0 when stdout is a terminal; None otherwise (plain lines instead)."""
@@ -357,11 +372,14 @@ class Trainer:
             t = totals(window)
             rate = t.count * self.topo.world_size / (now - tick) if now > tick else 0.0
             lr = self.optimizer.param_groups[0]["lr"]
+            flops = rate * self.task.flops_per_unit
             if not sys.stdout.isatty():
-                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f samples/s",
-                            self.epoch + 1, self.batches_done, total, self.global_step, t.avg_loss, lr, rate)
+                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f %s/s%s",
+                            self.epoch + 1, self.batches_done, total, self.global_step, t.avg_loss, lr, rate,
+                            self.task.unit, f", {flops:.3g} model FLOP/s (est.)" if flops else "")
             self.log.append({"kind": "step", "epoch": self.epoch + 1, "step": self.global_step,
-                             "loss": t.avg_loss, "lr": lr, "samples_per_s": rate})
+                             "loss": t.avg_loss, "lr": lr, f"{self.task.unit}_per_s": rate,
+                             **({"flops_per_s": flops} if flops else {})})
         return now
 
     # ---- checkpoints ------------------------------------------------------------------------
@@ -370,31 +388,39 @@ class Trainer:
         return self.config.run_dir / "checkpoints"
 
     def save(self) -> Path | None:
-        """Checkpoint at the current step boundary. Every rank must call it: RNG states are gathered
-        from all ranks, rank 0 writes, and a barrier keeps any rank from running ahead."""
+        """Checkpoint at the current step boundary (train.dcp: every rank writes its own shard).
+        Every rank must call it. With checkpoint_async the tensors are copied to CPU memory here
+        and written in the background (after the previous background save, if one is in flight);
+        the returned folder is complete once `wait_for_checkpoint()` returns."""
         self._saved_step = self.global_step
-        mine = {"rng": rng_state(), "sums": self._sums.tolist()}
-        per_rank: list[Any] = [mine]
-        if self.topo.world_size > 1:
-            per_rank = [None] * self.topo.world_size
-            dist.all_gather_object(per_rank, mine)
-        path = None
+        tensors, plain = dcp.split_state(self.model, self.optimizer)
+        state = None
         if self.is_main:
             state = {
-                "format": 1, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(),
+                "format": dcp.FORMAT, "optim_plain": plain, "scaler": self.scaler.state_dict(),
                 "scheduler": self.scheduler.state_dict() if self.scheduler else {},
                 "epoch": self.epoch, "batches_done": self.batches_done, "global_step": self.global_step,
-                "world_size": self.topo.world_size, "ranks": per_rank, "config": self.config.to_dict(),
+                "world_size": self.topo.world_size, "config": self.config.to_dict(),
             }
-            path = checkpoint.save(self.checkpoint_dir, self.global_step, state, self.config.keep_last)
+        snap = dcp.Snapshot(self.checkpoint_dir, self.global_step, tensors,
+                            {"rng": rng_state(), "sums": self._sums.tolist()}, state, self.config.keep_last)
+        if self.config.checkpoint_async:
+            snap.tensors = dcp.stage(tensors)
+            self._writer.start(snap)
+            path = checkpoint.step_dir(self.checkpoint_dir, self.global_step)
+        else:
+            path = dcp.write(snap)
+        where = f"epoch {self.epoch + 1}, batch {self.batches_done}" if self.batches_done \
+            else f"after epoch {self.epoch}"
+        if self.is_main:
             self._last_checkpoint = path
-            where = f"epoch {self.epoch + 1}, batch {self.batches_done}" if self.batches_done \
-                else f"after epoch {self.epoch}"
-            logger.info("checkpoint %s (%s, step %d)", path, where, self.global_step)
-        if self.topo.world_size > 1:
-            dist.barrier()
-        return path
+            logger.info("checkpoint %s (%s, step %d)%s", path, where, self.global_step,
+                        ", writing in the background" if self.config.checkpoint_async else "")
+        return path if self.is_main else None
+
+    def wait_for_checkpoint(self) -> None:
+        """Return once a background save is complete (at once without one); raise its error."""
+        self._writer.wait()
 
     def _choose_checkpoint(self) -> Path | None:
         """Rank 0 picks (skipping corrupt ones with a warning) and tells the others, so all agree."""
@@ -418,14 +444,17 @@ class Trainer:
             if self.is_main:
                 self.log.keep_until(0)
             return False
-        try:
-            state = checkpoint.load(path)  # on the CPU: RNG states must stay CPU tensors
-        except CheckpointError as exc:
-            raise CheckpointError(f"rank {self.topo.rank} cannot read {path}: {exc.message}",
+        try:  # on the CPU: RNG states must stay CPU tensors. Rank 0 verified every checksum already
+            state = checkpoint.load(path, verify=self.is_main)
+            if state.get("format", 1) >= dcp.FORMAT:
+                dcp.load_into(checkpoint.folder_of(path), state, self.model, self.optimizer)
+            else:
+                dcp.load_single_file(state, self.model, self.optimizer)
+        except (CheckpointError, OSError) as exc:
+            reason = exc.message if isinstance(exc, CheckpointError) else str(exc)
+            raise CheckpointError(f"rank {self.topo.rank} cannot read {path}: {reason}",
                                   "run_dir must be on a filesystem every node sees (e.g. your home or project "
                                   "dir).") from exc
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         if self.scheduler is not None and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
@@ -437,7 +466,8 @@ class Trainer:
             "world_size": self.topo.world_size, "batch_size": self.config.batch_size, "seed": self.config.seed,
             "grad_accum_steps": self.config.grad_accum_steps})
         if not changed:
-            mine = state["ranks"][self.topo.rank]
+            mine = state["ranks"][self.topo.rank] if "ranks" in state else checkpoint.load_plain(
+                checkpoint.folder_of(path) / dcp.rank_file(self.topo.rank))
             set_rng_state(mine["rng"])
             self._sums = torch.tensor(mine["sums"], dtype=torch.float64, device=self.device)
         else:
