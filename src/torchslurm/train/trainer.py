@@ -35,7 +35,6 @@ from torchslurm.train.data import ShardSampler, SkipSampler
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import run_dir_problem
-from torchslurm.train.preflight import run_dir_problem
 from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.strategy import Strategy
 from torchslurm.train.tasks import Task, classification
@@ -94,7 +93,6 @@ class Trainer:
                  should_stop: Callable[[], bool] | None = None, preemption: PreemptionConfig | None = None,
                  environ: Mapping[str, str] = os.environ, run: Runner = run_command_status,
                  task: Task | None = None) -> None:
-        ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True)])  # before any rank trains
         ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True)])  # before any rank trains
         self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device
