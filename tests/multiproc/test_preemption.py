@@ -144,3 +144,30 @@ def test_kill_9_during_checkpoint_write_resumes_from_the_previous_one(uninterrup
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"step {steps[-1]}" in resumed.stdout
     assert_bitwise_equal(weights(uninterrupted), weights(tmp_path))
+
+
+def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_exit_130_without_a_traceback(tmp_path: Path) -> None:
+    """The README's script under `torchslurm run`, interrupted the way a terminal does it: SIGINT to
+    the launcher's whole process group (the elastic agent starts the ranks in sessions of their own
+    and passes the signal on)."""
+    script = Path(__file__).parent / "scripts" / "readme_trainer.py"
+    launcher = subprocess.Popen([*TORCHSLURM, "run", "--nproc", "2", str(script), str(tmp_path), "100000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=clean_environ(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120  # a bound on the start-up, not a measurement
+        while not (tmp_path / "metrics.jsonl").is_file() or not (tmp_path / "metrics.jsonl").read_text():
+            assert launcher.poll() is None and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        os.killpg(launcher.pid, signal.SIGINT)
+        output, _ = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert "stopping at this step boundary: Ctrl-C (SIGINT)" in output
+    assert "error: torchslurm run got Ctrl-C (SIGINT)" in output and "HINT: run the same command again" in output
+    saved = checkpoint.complete(tmp_path / "checkpoints")
+    assert saved, output
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert saved[-1][0] >= max(r["step"] for r in records)  # nothing trained after the last checkpoint is lost
