@@ -6,18 +6,22 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 
-.PHONY: demo test slurm-packages clean
+.PHONY: demo test docs slurm-packages clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: this exact version is a CPU wheel on local disk; an unpinned
 	# torch would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[train,dev]'
+	$(BIN)/pip install -q -e '.[train,dev,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/torchslurm train --nproc 2 resume=never
+
+# The docs site (docs/, mkdocs.yml) at http://127.0.0.1:8000, rebuilt on every edit.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # Cluster tests need root (network namespaces, slurmd); as root, install Debian's Slurm first.
 slurm-packages:
@@ -28,6 +32,7 @@ slurm-packages:
 test: $(STAMP) slurm-packages
 	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(BIN)/python -m pytest
 
 clean:
