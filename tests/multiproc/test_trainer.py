@@ -155,6 +155,10 @@ def test_resume_fallback_and_determinism_with_two_ranks(tmp_path: Path) -> None:
     assert "Starting distributed training on 2 processes (1 node × 2, gloo, cpu), master" in r["log"]
     assert "Epoch 3 - Avg Loss: " in r["log"]
     assert (tmp_path / "full" / "curves.png").stat().st_size > 10_000
+    events = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    board = events.EventAccumulator(str(tmp_path / "full" / "tensorboard"))
+    board.Reload()
+    assert [e.step for e in board.Scalars("epoch/val_accuracy")] == [23, 46, 69]  # rank 0 wrote each epoch once
 
 
 def test_resume_with_changed_batch_size_restarts_the_epoch(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from torchslurm.train.events import EventWriter
+
 logger = logging.getLogger(__name__)
 
 
@@ -66,15 +68,23 @@ def totals(sums: torch.Tensor) -> Totals:
 
 
 class MetricsLog:
-    """`<run_dir>/metrics.jsonl`: one JSON record per line, appended and flushed at once."""
+    """`<run_dir>/metrics.jsonl`: one JSON record per line, appended and flushed at once; with
+    `events`, each record's numbers also go to TensorBoard event files."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, events: EventWriter | None = None) -> None:
         self.path = Path(path)
+        self.events = events
 
     def append(self, record: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
             f.write(json.dumps(dict(record)) + "\n")
+        if self.events is not None:
+            self.events.write(record)
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
 
     def records(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -89,6 +99,8 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
         os.replace(tmp, self.path)
+        if self.events is not None:
+            self.events.purge(step + 1 if step > 0 else 0)
 
 
 def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:

@@ -32,6 +32,7 @@ from torchslurm.train import checkpoint, dcp
 from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.data import ShardSampler, SkipSampler
+from torchslurm.train.events import EventWriter
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import run_dir_problem
@@ -116,7 +117,8 @@ class Trainer:
                                           ask_deadline=preemption is None and self.is_main)
             should_stop = self._preemption.should_stop
         self.should_stop: Callable[[], bool] = should_stop
-        self.log = MetricsLog(config.run_dir / "metrics.jsonl")
+        self.log = MetricsLog(config.run_dir / "metrics.jsonl",
+                              EventWriter(config.run_dir / "tensorboard") if self.is_main else None)
         self.curves = CurvePlotter(config.run_dir / "curves.png", self.log.records)
         self.epoch, self.batches_done, self.global_step = 0, 0, 0
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
@@ -139,6 +141,7 @@ class Trainer:
         with ExitStack() as stack:
             if self.is_main:
                 stack.callback(self.curves.close)
+                stack.callback(self.log.close)
             if self._preemption is not None:
                 self._protect(stack, self._preemption)
             try:
