@@ -27,8 +27,8 @@ from torchslurm.lint.launch import (
     tasks_per_node,
 )
 from torchslurm.lint.launchers import check_batch_expanded, check_deepspeed_accelerate
-from torchslurm.lint.options import SBATCH
-from torchslurm.lint.parse import Script, long_matches, parse
+from torchslurm.lint.options import SBATCH, long_matches
+from torchslurm.lint.parse import Script, parse
 from torchslurm.lint.ports import check_ports
 from torchslurm.lint.shell import batch_expanded, shown
 from torchslurm.lint.slips import check_shell_slips

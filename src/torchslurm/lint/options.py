@@ -72,3 +72,58 @@ DEEPSPEED_FLAGS = frozenset({"no-ssh", "no-ssh-check", "no-local-rank", "no-pyth
 ACCELERATE_FLAGS = frozenset({"multi-gpu", "cpu", "tpu", "use-deepspeed", "use-fsdp", "use-megatron-lm", "use-xpu",
                               "same-network", "debug", "quiet", "q", "m", "module", "no-python", "h", "help",
                               "enable-cpu-affinity", "downcast-bf16", "tpu-use-cluster", "fsdp-use-orig-params"})
+
+
+# ---- reading options as GNU getopt_long does (sbatch and srun use it) ----------------------------
+def parse_options(args: list[str], table: Options, stop_at_operand: bool) -> tuple[list[tuple[str, str]], list[str]]:
+    """(option, value) pairs, long names where lint knows them, and the words left after the options.
+
+    `stop_at_operand`: srun ends its options at the command; `#SBATCH` lines have no operands.
+    A value-less option gets "" (so `-K` and `--kill-on-bad-exit` read as given).
+    """
+    found: list[tuple[str, str]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or arg == "-" or not arg.startswith("-"):  # getopt stops at `--`
+            if stop_at_operand or arg == "--":
+                return found, args[i + (arg == "--"):] if stop_at_operand else []
+        elif arg.startswith("--"):
+            key, eq, value = arg[2:].partition("=")
+            key = _full_name(key, table)
+            if not eq and key not in table.long_flags and i + 1 < len(args):
+                value, i = args[i + 1], i + 1
+            found.append((key, value))
+        else:
+            i = _short_options(args, i, table, found)
+        i += 1
+    return found, []
+
+
+def long_matches(key: str, table: Options) -> list[str]:
+    """The long options `--key` names as getopt_long reads it: itself, or those it is a prefix of."""
+    if key in table.long_names:
+        return [key]
+    return sorted(name for name in table.long_names if name.startswith(key))
+
+
+def _full_name(key: str, table: Options) -> str:
+    """`requeu` -> `requeue` (an unambiguous prefix); an unknown or ambiguous name as given."""
+    matches = long_matches(key, table) if key else []
+    return matches[0] if len(matches) == 1 else key
+
+
+def _short_options(args: list[str], i: int, table: Options, found: list[tuple[str, str]]) -> int:
+    """`-lK1`, `-N2`, `-N 2`: flags may be grouped; a value is the rest of the word or the next word."""
+    word = args[i]
+    for j, letter in enumerate(word[1:], start=1):
+        key = SHORT.get(letter, letter)
+        if letter in table.short_flags:
+            found.append((key, ""))
+            continue
+        value = word[j + 1:]
+        if letter not in table.short_optional and not value and i + 1 < len(args):
+            value, i = args[i + 1], i + 1
+        found.append((key, value))
+        return i
+    return i

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from torchslurm.lint.options import SBATCH, SRUN
-from torchslurm.lint.parse import commands, logical_lines, parse, parse_options
+from torchslurm.lint.lines import commands, logical_lines
+from torchslurm.lint.options import SBATCH, SRUN, parse_options
+from torchslurm.lint.parse import parse
 
 
 def test_continuations_and_quoted_multiline_joined() -> None:
