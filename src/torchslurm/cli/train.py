@@ -12,7 +12,7 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 
 # The demo: SimpleConvNet on the bundled digits, a few quick epochs (≥ 90 % validation accuracy).
 DEFAULTS: dict[str, Any] = {"epochs": 4, "batch_size": 32, "lr": 0.05, "run_dir": "runs/demo", "log_every": 10}
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {"text": {"epochs": 2, "lr": 0.003, "run_dir": "runs/gpt"}}
+"""Over DEFAULTS for a dataset (GPT trains with AdamW, whose usual lr is far below SGD's); your settings win."""
 RANK_MODULE = "torchslurm.cli.train"
 """What each rank runs (`python -m`): this module, whose `__main__` block is `rank_main`."""
 FLAGS = ("epochs", "batch_size", "lr", "data_dir", "run_dir")
@@ -65,7 +67,12 @@ def from_arguments(args: argparse.Namespace, defaults: Mapping[str, Any] = DEFAU
     `defaults` (the demo's, unless a script of your own passes its own)."""
     from torchslurm.train import config
 
-    return config.load(args.config, args.overrides, defaults, {name: getattr(args, name) for name in FLAGS})
+    flags = {name: getattr(args, name) for name in FLAGS}
+    example, cfg = config.load(args.config, args.overrides, defaults, flags)
+    if defaults is DEFAULTS and example.dataset in DATASET_DEFAULTS:
+        example, cfg = config.load(args.config, args.overrides, {**defaults, **DATASET_DEFAULTS[example.dataset]},
+                                   flags)
+    return example, cfg
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -120,7 +127,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     import torchslurm
     from torchslurm.errors import ConfigError, TorchSlurmError
     from torchslurm.jobs.slurm import run_command_status
-    from torchslurm.train import config, data, models
+    from torchslurm.train import config, data, models, tasks
     from torchslurm.train.preemption import preemption_config
     from torchslurm.train.trainer import Trainer, seed_everything
 
@@ -135,14 +142,21 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
             train, val = data.load(example.dataset, example.data_dir, example.val_fraction, seed=0)
             seed_everything(cfg.seed)  # identical initial weights on every rank and every run
             model = models.build(example.resolved_model, *data.describe(train))
-            optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=example.momentum)
+            loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.nn.functional.cross_entropy
+            task = tasks.classification()
+            optimizer: torch.optim.Optimizer
+            if isinstance(model, models.GPT):
+                loss_fn, task = tasks.token_cross_entropy, tasks.language_model(model.flops_per_token())
+                optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+            else:
+                optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=example.momentum)
             # The Trainer's own preemption and watchdog: a warning signal, SIGTERM or the job's
             # deadline stops every rank after the same step (checkpoint, requeue, exit 75); a dead
             # peer ends every rank with one message naming it. Rank 0 alone asks Slurm for the
             # deadline: the ranks' agreement spreads its decision.
             stop = preemption_config(os.environ, run_command_status if ctx.is_main else None)
-            result = Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx,
-                             preemption=stop, environ=os.environ).fit()
+            result = Trainer(model, optimizer, loss_fn, train, val, cfg, ctx=ctx, preemption=stop,
+                             environ=os.environ, task=task).fit()
             if result.stopped_early:
                 return result.exit_code
             if ctx.is_main:

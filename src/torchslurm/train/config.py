@@ -111,8 +111,8 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> ConfigError | No
     return None if value in choices else not_one_of(name, value, choices)
 
 
-DATASETS = ("digits", "mnist", "synthetic", "imagefolder")
-MODELS = ("auto", "convnet", "simple", "resnet18")
+DATASETS = ("digits", "mnist", "synthetic", "imagefolder", "text")
+MODELS = ("auto", "convnet", "simple", "resnet18", "gpt")
 
 
 @dataclass(frozen=True)
@@ -120,11 +120,13 @@ class ExampleConfig:
     """What the built-in examples train on; each field is also a `key=value` of `torchslurm train`."""
 
     dataset: str = "digits"
-    """digits (bundled with scikit-learn) | mnist (IDX files in data_dir) | synthetic | imagefolder."""
+    """digits (bundled with scikit-learn) | mnist (IDX files in data_dir) | synthetic | imagefolder | text (the
+    Python standard library's source, as bytes: a language-model corpus)."""
     data_dir: Path | None = None
     """Directory holding the data for mnist and imagefolder (readable by every rank)."""
     model: str = "auto"
-    """auto (the dataset's usual model) | convnet (SimpleConvNet) | simple (10→50→2) | resnet18."""
+    """auto (the dataset's usual model) | convnet (SimpleConvNet) | simple (10→50→2) | resnet18 | gpt (a small
+    byte-level transformer language model, for dataset=text)."""
     momentum: float = 0.9
     """SGD momentum."""
     val_fraction: float = 0.2
@@ -141,6 +143,9 @@ class ExampleConfig:
             _require("momentum", self.momentum, 0 <= self.momentum < 1, "a number in [0, 1)", "momentum=0.9"),
             _require("val_fraction", self.val_fraction, 0 < self.val_fraction < 1, "a fraction in (0, 1)",
                      "val_fraction=0.2"),
+            ConfigError(f"model=gpt is a language model and dataset={self.dataset} is not text.",
+                        "use dataset=text with model=gpt.")
+            if (self.model == "gpt") != (self.dataset == "text") and self.model != "auto" else None,
             ConfigError(f"dataset={self.dataset} needs data_dir, which is not set.",
                         f"add data_dir=/path/to/{self.dataset} (a directory every rank can read).")
             if needs_dir else None,
@@ -150,7 +155,7 @@ class ExampleConfig:
     def resolved_model(self) -> str:
         if self.model != "auto":
             return self.model
-        return {"synthetic": "simple", "imagefolder": "resnet18"}.get(self.dataset, "convnet")
+        return {"synthetic": "simple", "imagefolder": "resnet18", "text": "gpt"}.get(self.dataset, "convnet")
 
 
 def _type_problems(config: TrainConfig | ExampleConfig) -> Iterator[ConfigError]:

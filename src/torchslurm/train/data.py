@@ -175,6 +175,10 @@ def load(name: str, data_dir: Path | None = None, val_fraction: float = 0.2, see
         return digits(val_fraction, seed)
     if name == "synthetic":
         return synthetic(val_fraction=val_fraction, seed=seed)
+    if name == "text":
+        from torchslurm.train.text import stdlib_text
+
+        return stdlib_text(val_fraction=val_fraction, seed=seed)
     if name in ("mnist", "imagefolder"):
         if data_dir is None:
             raise ConfigError(f"dataset={name} needs data_dir, which is not set.",
@@ -187,6 +191,10 @@ def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:
     """(input shape, number of classes) of a classification dataset from this module."""
     if isinstance(dataset, TensorDataset):
         inputs, labels = dataset.tensors[0], dataset.tensors[1]
+        if labels.dim() == 2:  # next-token targets: the classes are the (byte) vocabulary
+            from torchslurm.train.text import VOCAB
+
+            return tuple(inputs.shape[1:]), VOCAB
         return tuple(inputs.shape[1:]), int(labels.max()) + 1
     classes = getattr(dataset, "classes", None)  # torchvision's ImageFolder
     if classes is None:

@@ -121,13 +121,19 @@ def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:
     ax_loss.plot(x, [r["val_loss"] for r in epochs], marker="o", label="validation")
     ax_loss.set(title="loss", xlabel="epoch")
     ax_loss.legend()
-    ax_acc.plot(x, [100 * r["train_accuracy"] for r in epochs], marker="o", label="train")
-    ax_acc.plot(x, [100 * r["val_accuracy"] for r in epochs], marker="o", label="validation")
-    ax_acc.set(title="accuracy (%)", xlabel="epoch")
-    ax_acc.legend()
-    ax_tput.plot(x, [r["samples_per_s"] for r in epochs], marker="o", label="global")
-    ax_tput.plot(x, [r["samples_per_s_per_rank"] for r in epochs], marker="o", label="per rank")
-    ax_tput.set(title="throughput (samples/s)", xlabel="epoch")
+    # the task's second metric (accuracy, perplexity, ...) and its throughput unit (samples, tokens)
+    metric = next((k[len("val_"):] for k in epochs[-1] if k.startswith("val_") and k != "val_loss"
+                   and f"train_{k[len('val_'):]}" in epochs[-1]), None)
+    if metric is not None:
+        scale = 100 if metric == "accuracy" else 1
+        ax_acc.plot(x, [scale * r[f"train_{metric}"] for r in epochs], marker="o", label="train")
+        ax_acc.plot(x, [scale * r[f"val_{metric}"] for r in epochs], marker="o", label="validation")
+        ax_acc.set(title="accuracy (%)" if metric == "accuracy" else metric, xlabel="epoch")
+        ax_acc.legend()
+    unit = "tokens" if "tokens_per_s" in epochs[-1] else "samples"
+    ax_tput.plot(x, [r[f"{unit}_per_s"] for r in epochs], marker="o", label="global")
+    ax_tput.plot(x, [r[f"{unit}_per_s_per_rank"] for r in epochs], marker="o", label="per rank")
+    ax_tput.set(title=f"throughput ({unit}/s)", xlabel="epoch")
     ax_tput.legend()
     for ax in (ax_loss, ax_acc, ax_tput):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
