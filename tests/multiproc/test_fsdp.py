@@ -1,0 +1,204 @@
+"""strategy=fsdp on real local ranks (Gloo): it trains, resumes bitwise mid-epoch, skips a corrupt
+shard, saves in the background, survives kill -9 during a background save, and a checkpoint of 4
+ranks loads on 2 and on 3.
+
+This file is also the rank program: `torchslurm run --nproc N test_fsdp.py MODE OUT` runs
+`worker()` on every rank, which writes its findings as JSON for the test to check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.multiproc
+
+
+def _command(nproc: int, mode: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "torchslurm", "run", "--nproc", str(nproc), __file__, mode, str(out)]
+
+
+def _launch(nproc: int, mode: str, out: Path) -> dict[str, Any]:
+    from tests.multiproc.conftest import clean_environ  # here: this file is also the ranks' script, run bare
+
+    result = subprocess.run(_command(nproc, mode, out), capture_output=True, text=True, timeout=300,
+                            env=clean_environ())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    data: dict[str, Any] = json.loads((out / f"{mode}.json").read_text())
+    data["log"] = result.stdout + result.stderr
+    return data
+
+
+# ---- the rank program ---------------------------------------------------------------------------
+def _trainer(ctx: Any, run_dir: Path, stop_at: int | None = None, **overrides: Any) -> Any:
+    import torch
+
+    from torchslurm.train import tasks
+    from torchslurm.train.models import GPT
+    from torchslurm.train.text import stdlib_text
+    from torchslurm.train.trainer import TrainConfig, Trainer, seed_everything
+
+    cfg = TrainConfig(**{"epochs": 2, "batch_size": 16, "lr": 0.003, "run_dir": run_dir, "log_every": 5,
+                         "strategy": "fsdp", "checkpoint_every_epochs": 0, "grad_clip": 1.0, **overrides})
+    seed_everything(0)
+    model = GPT(block_size=16, dim=32, layers=2, heads=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    train, val = stdlib_text(block_size=16, max_bytes=8 << 10)
+    trainer = Trainer(model, optimizer, tasks.token_cross_entropy, train, val, cfg, ctx=ctx,
+                      task=tasks.language_model(model.flops_per_token()))
+    if stop_at is not None:  # the preemption seam: ranks agree because global_step is the same everywhere
+        trainer.should_stop = lambda: trainer.global_step == stop_at
+    return trainer
+
+
+def _full(trainer: Any) -> dict[str, Any]:
+    """Model and optimizer state gathered whole (a collective), as CPU tensors and plain values."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model, optim = get_state_dict(trainer.model, trainer.optimizer,
+                                  options=StateDictOptions(full_state_dict=True, flatten_optimizer_state_dict=True))
+    return {**{f"model.{k}": v for k, v in model.items()}, **{f"optim.{k}": v for k, v in optim.items()}}
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+
+
+def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    from torchslurm.train import checkpoint
+
+    full = _trainer(ctx, out / "full")
+    full_result = full.fit()
+    reference = _full(full)
+    stopped = _trainer(ctx, out / "mid", stop_at=7, checkpoint_every_steps=4).fit()
+    mid = _trainer(ctx, out / "mid", checkpoint_every_steps=4)
+    mid.fit()
+    background = _trainer(ctx, out / "async", checkpoint_async=True, checkpoint_every_steps=3)
+    background_result = background.fit()
+    if ctx.is_main:  # a shard of the newest checkpoint cut short: resume=auto takes the one before
+        shutil.copytree(out / "mid", out / "corrupt")
+        newest = checkpoint.complete(out / "corrupt" / "checkpoints")[-1][1]
+        shard = newest / "shards" / "__1_0.distcp"
+        shard.write_bytes(shard.read_bytes()[:100])
+    ctx_barrier()
+    fallback = _trainer(ctx, out / "corrupt")
+    fallback.fit()
+    return {
+        "loss_fell": _losses(out / "full")[-1] < _losses(out / "full")[0],
+        "val_perplexity": full_result.val.avg_loss,
+        "stopped": [stopped.stopped_early, stopped.global_step],
+        "mid_equal": _same(reference, _full(mid)),
+        "async_equal": _same(reference, _full(background)),
+        "async_checkpoint": str(background_result.checkpoint),
+        "async_complete": [p.name for _, p in checkpoint.complete(out / "async" / "checkpoints")],
+        "fallback_equal": _same(reference, _full(fallback)),
+        "records": (out / "full" / "metrics.jsonl").read_text().splitlines()[-1],
+    }
+
+
+def _losses(run_dir: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if '"kind": "step"' in line]
+
+
+def _save4_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    import torch
+
+    trainer = _trainer(ctx, out / "four", stop_at=5)
+    result = trainer.fit()
+    state = _full(trainer)
+    if ctx.is_main:
+        torch.save(state, out / "four-state.pt")
+    return {"stopped": [result.stopped_early, result.global_step]}
+
+
+def _load_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    import torch
+
+    trainer = _trainer(ctx, out / "four")
+    resumed = trainer._resume()
+    expected = torch.load(out / "four-state.pt", weights_only=True)
+    return {"resumed": resumed, "step": trainer.global_step, "equal": _same(expected, _full(trainer))}
+
+
+def _async_kill_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    """Checkpoints every step in the background, for the test to kill -9 while one is written."""
+    _trainer(ctx, out / "killed", epochs=50, checkpoint_async=True, checkpoint_every_steps=1).fit()
+    return {}
+
+
+def ctx_barrier() -> None:
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+def worker() -> None:
+    import torchslurm
+
+    mode, out = sys.argv[1], Path(sys.argv[2])
+    work = {"resume": _resume_worker, "save4": _save4_worker, "load": _load_worker,
+            "kill": _async_kill_worker}[mode]
+    with torchslurm.init() as ctx:
+        result = work(ctx, out)
+        if ctx.is_main:
+            (out / f"{mode}.json").write_text(json.dumps(result))
+
+
+# ---- the tests ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_fsdp_trains_resumes_bitwise_and_saves_in_the_background(tmp_path: Path, nproc: int) -> None:
+    r = _launch(nproc, "resume", tmp_path)
+    assert r["loss_fell"], r["log"][-3000:]
+    assert r["stopped"] == [True, 7]
+    assert r["mid_equal"], "resumed mid-epoch under FSDP differs from the uninterrupted run"
+    assert r["async_equal"], "background checkpoints changed the training"
+    assert r["async_complete"][-1] == Path(r["async_checkpoint"]).name  # the last one was waited for
+    assert r["fallback_equal"]
+    assert "skipping corrupt checkpoint" in r["log"] and "__1_0.distcp" in r["log"]
+    record = json.loads(r["records"])
+    assert {"val_perplexity", "tokens_per_s", "flops_per_s"} <= record.keys()
+
+
+def test_checkpoint_of_four_ranks_loads_on_two_and_three(tmp_path: Path) -> None:
+    assert _launch(4, "save4", tmp_path)["stopped"] == [True, 5]
+    for nproc in (2, 3):
+        r = _launch(nproc, "load", tmp_path)
+        assert (r["resumed"], r["step"], r["equal"]) == (True, 5, True), nproc
+        assert f"world_size was 4, now {nproc}, so data order and RNG streams differ" in r["log"]
+
+
+def test_kill_9_during_a_background_save_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
+    from tests.multiproc.conftest import clean_environ
+
+    from torchslurm.train import checkpoint
+
+    proc = subprocess.Popen(_command(2, "kill", tmp_path), env=clean_environ(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = tmp_path / "killed" / "checkpoints"
+    deadline = time.monotonic() + 240
+    try:  # kill once a checkpoint is complete and the next one is being written
+        while time.monotonic() < deadline and not (checkpoint.complete(root) and list(root.glob(".staging-*"))):
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    found = checkpoint.load_latest(root)
+    assert found is not None, "no complete checkpoint before the kill"
+    assert found[1]["format"] == 2 and found[1]["global_step"] >= 1
+
+
+if __name__ == "__main__":
+    worker()
