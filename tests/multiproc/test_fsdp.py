@@ -190,7 +190,7 @@ def test_kill_9_during_a_background_save_leaves_the_previous_checkpoint(tmp_path
     root = tmp_path / "killed" / "checkpoints"
     deadline = time.monotonic() + 240
     try:  # kill once a checkpoint is complete and the next one is being written
-        while time.monotonic() < deadline and not (checkpoint.complete(root) and list(root.glob(".staging-*"))):
+        while time.monotonic() < deadline and not (checkpoint.complete(root) and any(root.glob(".staging-*"))):
             time.sleep(0.05)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
