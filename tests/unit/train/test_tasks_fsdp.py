@@ -1,0 +1,103 @@
+"""Pure parts of the FSDP, task, text and sharded-checkpoint modules (no process group)."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from torchslurm.errors import CheckpointError, ConfigError
+from torchslurm.train import checkpoint, dcp, fsdp, tasks, text
+from torchslurm.train.config import TrainConfig
+from torchslurm.train.metrics import Totals
+from torchslurm.train.models import GPT, Block
+
+
+def test_units_by_share_look_into_module_lists() -> None:
+    model = GPT(layers=3, dim=32, heads=2)
+    chosen = fsdp.units(model, min_share=0.1)
+    assert [type(m).__name__ for m in chosen] == ["Embedding", "Block", "Block", "Block", "Linear"]
+    assert model.ln_f not in chosen and model.pos not in chosen
+
+
+def test_units_by_class_name_and_an_unknown_name() -> None:
+    model = GPT(layers=2, dim=32, heads=2)
+    assert fsdp.units(model, ["Block"]) == list(model.blocks)
+    with pytest.raises(ConfigError, match=r"fsdp_wrap=Blok: no module of class Blok in GPT; its classes are .*Block"):
+        fsdp.units(model, ["Blok"])
+
+
+def test_fp16_with_fsdp_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"amp=fp16 with strategy=fsdp.*HINT: use amp=bf16"):
+        TrainConfig(amp="fp16", strategy="fsdp")
+    with pytest.raises(ConfigError, match="strategy='zero'"):
+        TrainConfig(strategy="zero")
+
+
+def test_rebind_optimizer_points_at_new_parameters() -> None:
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    model.weight = nn.Parameter(model.weight.detach().clone())  # what fully_shard does to each parameter
+    fsdp.rebind_optimizer(optimizer, names, model)
+    assert optimizer.param_groups[0]["params"][0] is model.weight
+
+
+def test_classification_and_language_model_sums() -> None:
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
+    sums = tasks.classification().sums(logits, torch.tensor([0, 0, 0]), torch.tensor(0.5))
+    assert sums.tolist() == [1.5, 2.0, 3.0]
+    lm = tasks.language_model(flops_per_token=10.0)
+    sums = lm.sums(torch.zeros(2, 3, 5), torch.zeros(2, 3, dtype=torch.long), torch.tensor(2.0))
+    assert sums.tolist() == [12.0, 0.0, 6.0]
+    assert lm.metrics(Totals(12.0, 0, 6)) == pytest.approx({"loss": 2.0, "perplexity": 7.389056})
+    assert lm.summary(Totals(12.0, 0, 6)) == "Avg Loss: 2.000000, Perplexity: 7.389"
+    assert tasks.classification().summary(Totals(3.0, 2, 4)) == "Avg Loss: 0.750000, Accuracy: 50.00%"
+
+
+def test_text_windows_are_next_tokens_and_deterministic() -> None:
+    x, y = text.windows(b"abcdefghij", 3)
+    assert x.tolist() == [[97, 98, 99], [100, 101, 102], [103, 104, 105]]
+    assert y[0].tolist() == [98, 99, 100]
+    a, b = text.stdlib_text(block_size=8, max_bytes=4096), text.stdlib_text(block_size=8, max_bytes=4096)
+    assert torch.equal(a[0].tensors[0], b[0].tensors[0])
+    with pytest.raises(ConfigError, match="block_size=1"):
+        text.windows(b"abc", 1)
+
+
+def test_gpt_logits_shape_and_flops() -> None:
+    model = GPT(block_size=8, dim=16, layers=1, heads=2)
+    assert model(torch.zeros(2, 8, dtype=torch.long)).shape == (2, 8, 256)
+    assert model.flops_per_token() > 6 * sum(p.numel() for p in Block(16, 2).parameters())
+
+
+def test_sharded_checkpoint_round_trip_without_a_process_group(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    tensors, plain = dcp.split_state(model, optimizer)
+    state = {"format": dcp.FORMAT, "optim_plain": plain}
+    folder = dcp.write(dcp.Snapshot(tmp_path, 1, dcp.stage(tensors), {"rng": 1}, state, keep_last=2))
+    marker = json.loads((folder / checkpoint.MARKER).read_text())
+    assert set(marker["files"]) == {"state.pt", "rank-00000.pt", "shards/.metadata", "shards/__0_0.distcp"}
+    other = nn.Linear(3, 2)
+    fresh = torch.optim.AdamW(other.parameters(), lr=0.1)
+    dcp.load_into(folder, checkpoint.load(folder), other, fresh)
+    assert torch.equal(other.weight, model.weight) and fresh.state_dict()["state"][0]["step"] == 1
+    shard = folder / "shards" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:10])
+    with pytest.raises(CheckpointError, match=r"__0_0.distcp has sha256 .* corrupt or truncated"):
+        checkpoint.load(folder)
+
+
+def test_metadata_reader_refuses_other_objects(tmp_path: Path) -> None:
+    (tmp_path / ".metadata").write_bytes(pickle.dumps(io.StringIO("x")))
+    with pytest.raises(CheckpointError, match=r"_io.StringIO is not allowed in checkpoint metadata"):
+        dcp.SafeReader(tmp_path).read_metadata()
