@@ -1,0 +1,90 @@
+"""Checkpoint stall: the training time one checkpoint takes away, per way of saving.
+
+The same state (a GPT's model and AdamW state, `--dim`/`--layers` set its size) saved by:
+- bare: `torch.save` of model and optimizer state into one file, nothing else (the yardstick);
+- rank-0 single file: torchslurm's format-1 `checkpoint.save` (torch.save + sha256 + fsync + rename);
+- DCP sync: `train.dcp.write` (format 2: shards, rank files, checksums, COMPLETE, rename);
+- DCP async: the stall only — state dicts, the copy to CPU memory and starting the background
+  writer; the write itself overlaps the next steps (its full time is reported too).
+Each is repeated `--rounds` times, alternating, into a fresh folder on the same filesystem; the
+median is reported with the ratios against bare. One process, no process group: the per-rank
+cost (each rank of a sharded run writes its shard the same way).
+
+    python benchmarks/checkpoint_stall.py [--dim 512] [--layers 8] [--rounds 5] [--dir /tmp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from torchslurm.train import checkpoint, dcp
+from torchslurm.train.models import GPT
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = GPT(dim=args.dim, layers=args.layers, heads=8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.zeros(2, 64, dtype=torch.long)).sum().backward()
+    optimizer.step()
+    root = Path(tempfile.mkdtemp(prefix="stall-", dir=args.dir))
+    writer = dcp.AsyncWriter()
+    background: list[float] = []
+
+    def bare(step: int) -> None:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, root / f"bare-{step}.pt")
+
+    def single_file(step: int) -> None:
+        state = {"format": 1, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        checkpoint.save(root / "single", step, state, keep_last=1)
+
+    def snapshot(step: int, staged: bool) -> dcp.Snapshot:
+        tensors, plain = dcp.split_state(model, optimizer)
+        return dcp.Snapshot(root / ("async" if staged else "sync"), step, dcp.stage(tensors) if staged else tensors,
+                            {"rng": checkpoint.rng_state()}, {"format": dcp.FORMAT, "optim_plain": plain}, 1)
+
+    def dcp_sync(step: int) -> None:
+        dcp.write(snapshot(step, staged=False))
+
+    def dcp_async(step: int) -> None:
+        writer.start(snapshot(step, staged=True))
+
+    ways: dict[str, Callable[[int], None]] = {"bare torch.save": bare, "rank-0 single file": single_file,
+                                               "DCP sync": dcp_sync, "DCP async (stall)": dcp_async}
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for step in range(1, args.rounds + 1):
+        for name, save in ways.items():
+            started = time.perf_counter()
+            save(step)
+            times[name].append(time.perf_counter() - started)
+            if name.startswith("DCP async"):
+                writer.wait()
+                background.append(time.perf_counter() - started)
+    shutil.rmtree(root)
+    size = sum(p.numel() * p.element_size() for p in model.parameters()) * 3  # weights + 2 AdamW moments
+    base = statistics.median(times["bare torch.save"])
+    rows = {name: statistics.median(t) for name, t in times.items()}
+    print(f"state {size / 2**20:.0f} MiB, {args.rounds} rounds, median per checkpoint:")
+    for name, t in rows.items():
+        print(f"  {name:22s} {t * 1000:8.1f} ms   {t / base:5.2f}x bare")
+    print(f"  {'DCP async (whole)':22s} {statistics.median(background) * 1000:8.1f} ms   (in the background)")
+    print(json.dumps({"state_mib": size / 2**20, **{k: v * 1000 for k, v in rows.items()}}))
+
+
+if __name__ == "__main__":
+    main()
