@@ -252,3 +252,18 @@ def load_single_file(state: Mapping[str, Any], model: nn.Module, optimizer: torc
     }
     set_state_dict(model, optimizer, model_state_dict=dict(state["model"]), optim_state_dict=optim_sd,
                    options=StateDictOptions(full_state_dict=True))
+
+
+def read_model(folder: Path) -> dict[str, torch.Tensor]:
+    """The whole model state of a checkpoint as CPU tensors, read in this one process (no process
+    group): for inspecting or exporting a checkpoint, e.g. `torch.save(read_model(step), "model.pt")`."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = SafeReader(Path(folder) / SHARDS)
+    metadata = reader.read_metadata()
+    model = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in metadata.state_dict_metadata.items()
+             if k.startswith("model.") and isinstance(m, TensorStorageMetadata)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp_load(model, storage_reader=SafeReader(Path(folder) / SHARDS), no_dist=True)
+    return {k.removeprefix("model."): v for k, v in model.items()}
