@@ -19,12 +19,21 @@ When the store itself cannot be reached, rank 0's host (the store's) is unreacha
 The lowest rank that still answers reports the full message; the others raise a one-line pointer
 to it, so the job log shows one explanation. A rank 0 that hosts the store waits (briefly) for the
 others' diagnoses before it exits and takes the store with it.
+
+The watchdog never guesses and never ends a healthy run. On a loaded host (more ranks than CPUs)
+the store answers slowly and heartbeats come late: a heartbeat that cannot start only logs a
+warning; a silent rank whose process still runs on this host (same PID namespace), or any silent
+rank while this rank's own store calls were failing, is reported as "could not tell", not as dead;
+and a store that accepts connections but does not answer is "too slow", not "unreachable". The
+timeouts are a `WatchdogTimeouts`, so tests can make them short.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import functools
 import logging
+import os
 import re
 import socket
 import threading
@@ -48,9 +57,10 @@ _T = TypeVar("_T")
 
 DEFAULT_INTERVAL_S = 1.0
 STORE_TIMEOUT_S = 5.0
-HEARTBEAT_TIMEOUT_S = 1.0
-"""The heartbeat's store calls give up quickly. After a failure it reconnects only while rank 0's
-store still accepts connections: a dead or cut-off store stays so."""
+HEARTBEAT_TIMEOUT_S = 10.0
+"""How long one heartbeat store call may take: a loaded store answers late (a 1 s limit failed with
+32 ranks on 2 CPUs). After a failure it reconnects only while rank 0's store still accepts
+connections: a dead or cut-off store stays so."""
 MAX_HEARTBEAT_RECONNECTS = 5
 """Consecutive failed heartbeats after which the heartbeat gives up even though the store answers."""
 EXIT_DEADLINE_S = 15.0
@@ -68,12 +78,30 @@ _ADDRESS = re.compile(r"\[(?:::ffff:)?([0-9a-fA-F:.]+)\]:\d+")
 
 
 @dataclass(frozen=True)
+class WatchdogTimeouts:
+    """The watchdog's limits on store calls (seconds)."""
+
+    connect_s: float = STORE_TIMEOUT_S
+    """Connecting the heartbeat's store client at start."""
+    heartbeat_s: float = HEARTBEAT_TIMEOUT_S
+    """One heartbeat store call."""
+    diagnosis_s: float = DIAGNOSIS_TIMEOUT_S
+    """One store call or connection probe of the diagnosis."""
+    max_reconnects: int = MAX_HEARTBEAT_RECONNECTS
+    """Consecutive failed heartbeats after which the heartbeat gives up although the store answers."""
+
+
+@dataclass(frozen=True)
 class Peer:
     """Where one rank runs (gathered once at start)."""
 
     rank: int
     host: str
     address: str
+    pid: int = 0
+    """Its process id (0: unknown); checked only from the same host and PID namespace."""
+    pid_namespace: str = ""
+    """/proc/self/ns/pid of its process: PIDs compare only within one namespace."""
 
 
 def peer_address(error_text: str) -> str | None:
@@ -110,12 +138,22 @@ def describe_ranks(ranks: Sequence[int], peers: Sequence[Peer]) -> str:
 
 
 def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int] | None,
-              bound_s: float | None, store: str = "ok", errors: Mapping[int, str] | None = None) -> DistributedError:
+              bound_s: float | None, store: str = "ok", errors: Mapping[int, str] | None = None,
+              unsure: Sequence[int] = ()) -> DistributedError:
     """The root-cause-first error (exit code 1). `silent`: ranks with a stopped heartbeat; None: the store
-    (rank 0's) could not be asked, and `store` says why: 'refused' or 'timeout'. `errors`: what
-    the silent ranks that stopped on an error of their own said."""
+    (rank 0's) could not be asked, and `store` says why: 'refused', 'timeout' or 'slow' (it accepts
+    connections but does not answer in time). `errors`: what the silent ranks that stopped on an
+    error of their own said. `unsure`: ranks without a recent heartbeat that may well be alive (their
+    process still runs, or the store was too slow to tell): never named as the cause."""
     seen = f"(rank {me.rank} on {me.host} saw: {first_sentence(error)})"
-    if silent is None and store == "refused":
+    late = (f"could not tell whether {describe_ranks(unsure, peers)} failed: no recent heartbeat, but "
+            "heartbeats come late when the store's host is overloaded (more ranks than CPUs?), so it may be alive"
+            if unsure else "")
+    if silent is None and store == "slow":
+        cause = (f"could not tell which rank failed: rank 0's store on {peers[0].host} ({peers[0].address}) "
+                 "accepts connections but answers too slowly to read the heartbeats (an overloaded host: more "
+                 "ranks than CPUs?)")
+    elif silent is None and store == "refused":
         cause = (f"rank 0 on {peers[0].host} ({peers[0].address}) died: its host answers but its store "
                  "refuses connections")
     elif silent is None:
@@ -130,7 +168,9 @@ def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int]
             causes.append(f"{describe_ranks([r for r in silent if r not in errors], peers)} stopped responding "
                           "(no heartbeat): the process died (killed, crashed, out of memory) or its node or "
                           "network went away")
-        cause = "; ".join(causes)
+        cause = "; ".join(causes + ([late] if late else []))
+    elif unsure:
+        cause = late
     else:
         address = peer_address(error)
         named = [p.rank for p in peers if address and p.address == address]
@@ -148,8 +188,12 @@ class Watchdog:
 
     def __init__(self, ctx: DistContext, interval_s: float = DEFAULT_INTERVAL_S,
                  bound_s: float | None = None, on_failure: Callable[[], None] | None = None, *,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+                 timeouts: WatchdogTimeouts | None = None) -> None:
         self.ctx, self.interval_s = ctx, interval_s
+        self.timeouts = timeouts or WatchdogTimeouts()
+        self.store_trouble = 0
+        """Store calls of this rank (heartbeat or start) that failed: then silence proves nothing."""
         self._sleep, self._clock = sleep, clock
         """How the diagnosis waits between two reads of the counters (the heartbeat thread waits on its
         own stop event)."""
@@ -173,7 +217,8 @@ class Watchdog:
         """Gather every rank's host (one all_gather) and start the heartbeat."""
         import torch.distributed as dist
 
-        me = Peer(self.ctx.rank, socket.gethostname(), _own_address(self.ctx.env.master_addr))
+        me = Peer(self.ctx.rank, socket.gethostname(), _own_address(self.ctx.env.master_addr), os.getpid(),
+                  _pid_namespace())
         gathered: list[Peer | None] = [None] * self.ctx.world_size
         try:
             dist.all_gather_object(gathered, me)
@@ -184,8 +229,17 @@ class Watchdog:
                 "a peer died or the network between the nodes failed during start-up; read the first failing "
                 "rank's log.", exit_code=1) from exc
         self.peers = [p for p in gathered if p is not None]
-        store = self._store(HEARTBEAT_TIMEOUT_S)
-        store.add(_BEAT.format(self.ctx.rank), 1)
+        connect_s = self.timeouts.connect_s
+        try:
+            store = _within(connect_s, lambda: self._store(connect_s))
+            _within(connect_s, lambda: store.add(_BEAT.format(self.ctx.rank), 1))
+        except Exception as exc:  # DistNetworkError/DistStoreError/OSError: a slow or overloaded store
+            self.store_trouble += 1
+            logger.warning("rank %d: the watchdog's heartbeat could not reach the store at %s:%d (%s); training goes "
+                           "on, and a dead peer still ends the run within the process group timeout, but may not be "
+                           "named", self.ctx.rank, self.ctx.env.master_addr, self.ctx.env.master_port,
+                           first_sentence(str(exc)))
+            return
         self._thread = threading.Thread(target=self._beat, args=(store,), name="torchslurm-heartbeat",
                                         daemon=True)
         self._thread.start()
@@ -213,20 +267,22 @@ class Watchdog:
         failures = 0
         while not self._stop.wait(self.interval_s):
             try:
-                store.add(key, 1)
+                _within(self.timeouts.heartbeat_s, functools.partial(store.add, key, 1))
                 failures = 0
             except Exception:
+                self.store_trouble += 1
                 # A store that still accepts connections was only slow (a loaded host): a new client,
                 # since a timed-out request leaves the old one out of step. Gone, cut off or failing
                 # every time: the diagnosis says so, and reconnect attempts would each log a C++ stack
                 # trace and load a store that is already slow.
                 failures += 1
-                if failures > MAX_HEARTBEAT_RECONNECTS or self.store_reachability() != "ok" or self._stop.is_set():
+                if (failures > self.timeouts.max_reconnects or self.store_reachability() != "ok"
+                        or self._stop.is_set()):
                     logger.debug("heartbeat of rank %d failed; it stops", self.ctx.rank, exc_info=True)
                     return
                 logger.debug("heartbeat of rank %d timed out; reconnecting", self.ctx.rank, exc_info=True)
                 try:
-                    store = self._store(HEARTBEAT_TIMEOUT_S)
+                    store = _within(self.timeouts.heartbeat_s, lambda: self._store(self.timeouts.heartbeat_s))
                 except Exception:
                     return
 
@@ -250,7 +306,7 @@ class Watchdog:
         if self.store_reachability() != "ok":  # a failed TCPStore() logs a C++ stack trace: avoid it
             return None
         try:
-            return request(self._store(DIAGNOSIS_TIMEOUT_S))
+            return _within(2 * self.timeouts.diagnosis_s, lambda: request(self._store(self.timeouts.diagnosis_s)))
         except Exception:  # connect/read timeouts surface as RuntimeError, DistStoreError, OSError
             return None
 
@@ -259,7 +315,7 @@ class Watchdog:
         (the host does not answer: it, or this node, is cut off)."""
         env = self.ctx.env
         try:
-            socket.create_connection((env.master_addr, env.master_port), timeout=DIAGNOSIS_TIMEOUT_S).close()
+            socket.create_connection((env.master_addr, env.master_port), timeout=self.timeouts.diagnosis_s).close()
         except ConnectionRefusedError:
             return "refused"
         except OSError:
@@ -277,15 +333,27 @@ class Watchdog:
         silent = (None if before is None or after is None or stages is None
                   else silent_ranks(before, after, [rank for rank, stage in stages.items() if stage]))
         store = self.store_reachability() if silent is None else "ok"
+        if (store == "ok" and silent is None) or (store == "timeout" and self.peers[0].host == me.host):
+            store = "slow"  # it takes connections (or is on this very host) but did not answer in time
         errors = self._errors_of(silent) if silent else {}
-        found = diagnosis(me, str(error), self.peers, silent, self.bound_s, store, errors)
+        unsure = [rank for rank in silent or () if rank not in errors and self._maybe_alive(self.peers[rank])]
+        silent = None if silent is None else [rank for rank in silent if rank not in unsure]
+        found = diagnosis(me, str(error), self.peers, silent, self.bound_s, store, errors, unsure)
         if silent is None:  # no store, no agreement: the lowest rank other than 0 on each host reports
             mine = [p.rank for p in self.peers if p.host == me.host and p.rank != 0]
             reporter = not mine or mine[0] == me.rank
         else:
-            alive = [p.rank for p in self.peers if p.rank not in silent]
+            alive = [p.rank for p in self.peers if p.rank not in silent and p.rank not in unsure]
             reporter = bool(alive) and alive[0] == me.rank
         return found, reporter
+
+    def _maybe_alive(self, peer: Peer) -> bool:
+        """Whether a rank without a recent heartbeat may still be alive: its process runs here, or
+        this rank's own store calls failed (heartbeats are then late everywhere)."""
+        me = self.peers[self.ctx.rank]
+        if peer.pid and peer.host == me.host and peer.pid_namespace and peer.pid_namespace == me.pid_namespace:
+            return _running(peer.pid)
+        return self.store_trouble > 0
 
     @contextmanager
     def guard(self) -> Iterator[None]:
@@ -316,7 +384,7 @@ class Watchdog:
 
     def _wait_for_the_others_diagnoses(self) -> None:
         """Keep rank 0's store up until every rank that is still alive has diagnosed (bounded)."""
-        deadline = self._clock() + 2 * self.interval_s + 2 * DIAGNOSIS_TIMEOUT_S
+        deadline = self._clock() + 2 * self.interval_s + 2 * self.timeouts.diagnosis_s
         while self._clock() < deadline:
             before = self.counters()
             stages = self.counters(_FAILURE)
@@ -328,6 +396,46 @@ class Watchdog:
                          if stages[rank] < 2 and after[rank] != before[rank]]
             if not undecided:
                 return
+
+
+def _within(seconds: float, call: Callable[[], _T]) -> _T:
+    """call() in a daemon thread; TimeoutError when it has not returned within `seconds`. A TCPStore
+    client's connect ignores its own timeout while the server process is stopped (SIGSTOP; measured
+    here: blocked for good), so every store call of the watchdog is bounded this way; a call left
+    blocked only holds a daemon thread."""
+    outcome: list[tuple[bool, object]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller below
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=run, name="torchslurm-store-call", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not outcome:
+        raise TimeoutError(f"the store did not answer within {seconds:g} s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value  # type: ignore[misc]
+    return value  # type: ignore[return-value]
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _own_address(master: str) -> str:

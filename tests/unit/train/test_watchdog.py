@@ -252,3 +252,86 @@ def test_the_error_a_peer_exits_with_reaches_the_reporter_through_the_store() ->
     assert reporter and str(found).startswith(
         "rank 1 on node1 (127.0.0.1) stopped with an error: ConfigError: amp=fp16 on device cpu: fp16 with "
         "GradScaler needs CUDA (its log has all of it)")
+
+
+# ---- a slow store and late heartbeats: "could not tell", never a guess --------------------------
+
+
+def test_a_store_that_answers_too_slowly_is_could_not_tell_not_an_unreachable_host() -> None:
+    text = str(diagnosis(PEERS[2], TIMEOUT, PEERS, None, 300.0, "slow"))
+    assert text.startswith("could not tell which rank failed: rank 0's store on node1 (198.18.0.11) accepts "
+                           "connections but answers too slowly to read the heartbeats")
+    assert "unreachable" not in text and "stopped responding" not in text
+
+
+def test_a_rank_that_may_be_alive_is_not_named_as_the_cause() -> None:
+    text = str(diagnosis(PEERS[0], TIMEOUT, PEERS, [], 300.0, unsure=[3]))
+    assert text.startswith("could not tell whether rank 3 on node2 (198.18.0.12) failed: no recent heartbeat")
+    assert "stopped responding" not in text
+    both = str(diagnosis(PEERS[0], TIMEOUT, PEERS, [2], 300.0, unsure=[3]))
+    assert both.startswith("rank 2 on node2 (198.18.0.12) stopped responding (no heartbeat)")
+    assert "; could not tell whether rank 3 on node2" in both
+
+
+def test_a_silent_rank_whose_process_still_runs_here_is_not_accused_a_dead_one_is() -> None:
+    """Rank 1 is a real process on this host that never beats (a heartbeat starved by a loaded host)."""
+    import os
+    import subprocess
+    import sys
+
+    from torchslurm.train.watchdog import _pid_namespace
+
+    dog, _server, _ = _rank0_watchdog_on_a_real_store(2)
+    rank1 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    here, ns = socket.gethostname(), _pid_namespace()
+    dog.peers = [Peer(0, here, "127.0.0.1", os.getpid(), ns), Peer(1, here, "127.0.0.1", rank1.pid, ns)]
+    try:
+        alive, _ = dog.diagnose(RuntimeError(TIMEOUT))
+        rank1.kill()
+        rank1.wait()
+        dead, _ = dog.diagnose(RuntimeError(TIMEOUT))
+    finally:
+        rank1.kill()
+        dog.stop()
+    assert str(alive).startswith(f"could not tell whether rank 1 on {here} (127.0.0.1) failed"), str(alive)
+    assert str(dead).startswith(f"rank 1 on {here} (127.0.0.1) stopped responding (no heartbeat)"), str(dead)
+
+
+def test_a_paused_store_neither_crashes_the_watchdogs_start_nor_gets_a_rank_accused(
+        caplog: Any) -> None:
+    """rank 0's store process is stopped (SIGSTOP), as on a host with far more ranks than CPUs: the
+    kernel still accepts connections, nothing answers. start() warns instead of raising
+    DistNetworkError, and the diagnosis says it could not tell."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import HashStore
+
+    from torchslurm.runtime.distenv import detect
+    from torchslurm.runtime.distributed import DistContext
+    from torchslurm.train.watchdog import WatchdogTimeouts
+
+    server = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom torch.distributed import TCPStore\n"
+                               "s = TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)\n"
+                               "print(s.port, flush=True)\ntime.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        port = int(server.stdout.readline()) if server.stdout else 0
+        os.kill(server.pid, signal.SIGSTOP)
+        env = detect({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                      "MASTER_PORT": str(port)})
+        quick = WatchdogTimeouts(connect_s=0.5, heartbeat_s=0.5, diagnosis_s=0.5)
+        dog = Watchdog(DistContext(env, torch.device("cpu"), "gloo", {}), interval_s=0.05, timeouts=quick)
+        dog.start()
+        found, _ = dog.diagnose(RuntimeError(TIMEOUT))
+        dog.stop()
+    finally:
+        dist.destroy_process_group()
+        server.kill()
+        server.wait()
+    assert "the watchdog's heartbeat could not reach the store at 127.0.0.1" in caplog.text
+    assert str(found).startswith("could not tell which rank failed: rank 0's store on "), str(found)
