@@ -124,7 +124,9 @@ def cpu_oversubscription(environ: Mapping[str, str], ranks: int, cpus: int) -> C
     """More ranks on this node than CPUs (or than Slurm's SLURM_CPUS_ON_NODE): legal, but every
     rank waits for a core, collectives and heartbeats time out, and training crawls."""
     slurm = environ.get("SLURM_CPUS_ON_NODE", "")
-    limit, source = (int(slurm), f"SLURM_CPUS_ON_NODE={slurm}") if slurm.isdigit() and int(slurm) < cpus else (
+    # Inside Slurm the job's CPUs on this node count, not this process's affinity: an srun task
+    # with --cpus-per-task=1 may run on one CPU while its node holds one per rank.
+    limit, source = (int(slurm), f"SLURM_CPUS_ON_NODE={slurm}") if slurm.isdigit() else (
         cpus, f"{cpus} CPU(s) usable here")
     if ranks <= limit:
         return None

@@ -79,6 +79,7 @@ def test_more_ranks_than_cpus_or_than_slurm_gave_is_a_warning_with_the_fix() -> 
     slurm = cpu_oversubscription({"SLURM_CPUS_ON_NODE": "4"}, 8, 64)
     assert slurm is not None and "8 ranks on this node but SLURM_CPUS_ON_NODE=4" in slurm.message
     assert cpu_oversubscription({"SLURM_CPUS_ON_NODE": "4"}, 4, 64) is None
+    assert cpu_oversubscription({"SLURM_CPUS_ON_NODE": "4"}, 4, 1) is None  # an srun task bound to its own CPU
 
 
 def test_ctrl_c_to_the_launcher_says_what_the_ranks_do_and_exits_130() -> None:
