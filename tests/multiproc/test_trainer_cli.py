@@ -95,6 +95,7 @@ def test_dry_run_passes_config_flags_and_settings_to_the_ranks(tmp_path: Path) -
                             capture_output=True, text=True, timeout=60, env=clean_environ(**EVERY_STEP))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "dataset=synthetic model=simple epochs=7 batch_size=32 lr=0.2 run_dir=a b resume=auto"
+    assert lines[0] == ("dataset=synthetic model=simple strategy=ddp epochs=7 batch_size=32 lr=0.2 lr_scaling=none "
+                        "amp=bf16 grad_clip=0.0 seed=0 run_dir=a b resume=auto")
     assert lines[1] == "local: no launcher found: 3 local rank(s) (--nproc)."
     assert lines[2].endswith(f" -m torchslurm.cli.train --config {tmp_path / 'cfg.yaml'} lr=0.2 'run_dir=a b' amp=bf16")

@@ -14,7 +14,9 @@ SRC = Path(__file__).parents[2] / "src"
 # Modules that train, and so import torch at the top; every other module must import without it.
 TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "torchslurm.train.checkpoint",
                  "torchslurm.train.metrics", "torchslurm.train.data", "torchslurm.train.models",
-                 "torchslurm.train.watchdog", "torchslurm.doctor.bench"}
+                 "torchslurm.train.watchdog", "torchslurm.train.dcp", "torchslurm.train.fsdp",
+                 "torchslurm.train.strategy", "torchslurm.train.tasks", "torchslurm.train.text",
+                 "torchslurm.doctor.bench"}
 TORCH_FREE_MODULES = sorted(
     name for name in (".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
                       for path in (SRC / "torchslurm").rglob("*.py"))

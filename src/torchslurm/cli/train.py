@@ -89,7 +89,7 @@ def handle(args: argparse.Namespace) -> int:
     rank_args = [*(["--config", str(args.config)] if args.config else []), *flags, *args.overrides]
     plan = launch.plan(os.environ, RANK_MODULE, rank_args, args.nproc, sys.executable, cuda_devices, module=True)
     if args.dry_run:
-        print(f"dataset={example.dataset} model={example.resolved_model} epochs={cfg.epochs} "
+        print(f"dataset={example.dataset} model={example.resolved_model} strategy={cfg.strategy} epochs={cfg.epochs} "
               f"batch_size={cfg.batch_size} lr={cfg.lr} lr_scaling={cfg.lr_scaling} amp={cfg.amp} "
               f"grad_clip={cfg.grad_clip} seed={cfg.seed} run_dir={cfg.run_dir} resume={cfg.resume}")
         print(f"{plan.mode}: {plan.reason}")

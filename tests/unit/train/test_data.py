@@ -91,7 +91,8 @@ def test_imagefolder_without_torchvision_says_how_to_install(tmp_path: Path) -> 
 
 
 def test_unknown_dataset_lists_choices() -> None:
-    with pytest.raises(ConfigError, match=r"^dataset='cifar' is not one of digits, mnist, synthetic, imagefolder\."):
+    with pytest.raises(ConfigError,
+                       match=r"^dataset='cifar' is not one of digits, mnist, synthetic, imagefolder, text\."):
         data.load("cifar")
 
 
