@@ -59,7 +59,9 @@ def test_kill_9_of_one_rank_ends_all_with_one_root_cause_message(tmp_path: Path,
     assert results[2][0] == -signal.SIGKILL
     assert {rank: code for rank, (code, _) in results.items() if rank != 2} == {0: 1, 1: 1}
     assert f"error: rank 2 on {host} (127.0.0.1) stopped responding (no heartbeat)" in results[0][1]
-    assert "Connection closed by peer" in results[0][1]
+    # what rank 0's own collective reported: Gloo's wording depends on which peer socket broke first
+    # ("Connection closed by peer", "Connection reset by peer", a read timeout), so only its place is fixed
+    assert f"(rank 0 on {host} saw: " in results[0][1]
     assert "stopped because a peer failed; the root cause is in the message of the lowest rank" in results[1][1]
     assert "Traceback" not in results[0][1] + results[1][1]
 
