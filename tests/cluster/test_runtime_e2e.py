@@ -48,6 +48,8 @@ def run_job(cluster: Cluster, script: str, *args: str, ranks: int, timeout_s: fl
     state = cluster.wait(job, timeout_s=timeout_s)
     out = cluster.output(job)
     assert state == "COMPLETED", f"job {job} ended {state}:\n{out[-4000:]}"
+    # the store client's reverse lookup of its dual-stack address (the sandbox's hosts file names it)
+    assert "hostname of the client socket cannot be retrieved" not in out, out[-4000:]
     found = records(cluster.job_dir, job)
     assert [r["rank"] for r in found] == list(range(ranks)), out[-4000:]
     return found

@@ -168,10 +168,17 @@ def _range(first: int, last: int) -> str:
 def render_hosts(cfg: SandboxConfig) -> str:
     """/etc/hosts inside every namespace: real addresses only. A Debian `127.0.1.1 <hostname>`
     line would make the master's name resolve to loopback there, so Gloo binds loopback and the
-    other nodes' ranks hang connecting to it."""
+    other nodes' ranks hang connecting to it.
+
+    Each address also has a reverse-only line for its IPv4-mapped IPv6 form, under a name of its
+    own: c10d's store client connects through a dual-stack IPv6 socket and looks up its own address
+    (`::ffff:198.18.0.12`), which glibc's files backend, unlike its DNS backend, does not map back to
+    IPv4; without the line every rank logs "The hostname of the client socket cannot be retrieved".
+    The distinct name keeps forward lookups of the real names IPv4-only."""
+    named = [(CONTROLLER_ADDR, CONTROLLER_NAME), *((node_addr(i), node_name(i)) for i in cfg.node_indexes())]
     lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback",
-             f"{CONTROLLER_ADDR} {CONTROLLER_NAME}"]
-    lines += [f"{node_addr(i)} {node_name(i)}" for i in cfg.node_indexes()]
+             *(f"{addr} {name}" for addr, name in named),
+             *(f"::ffff:{addr} {name}-ipv4-mapped" for addr, name in [("127.0.0.1", "localhost"), *named])]
     return "\n".join(lines) + "\n"
 
 

@@ -50,9 +50,17 @@ def test_every_node_has_its_own_nic_name_and_address() -> None:
 def test_hosts_file_names_every_node_by_its_real_address_and_never_127_0_1_1() -> None:
     text = render_hosts(cfg(nodes=3))
     assert "198.18.0.1 slurmctl" in text
-    assert [line for line in text.splitlines() if "node" in line] == [
+    assert [line for line in text.splitlines() if "node" in line and "mapped" not in line] == [
         "198.18.0.11 node1", "198.18.0.12 node2", "198.18.0.13 node3"]
     assert "127.0.1.1" not in text
+
+
+def test_hosts_file_names_ipv4_mapped_addresses_for_reverse_lookups_only() -> None:
+    """c10d's client looks up its own dual-stack address; the real names stay IPv4-only."""
+    lines = render_hosts(cfg(nodes=2)).splitlines()
+    assert "::ffff:198.18.0.12 node2-ipv4-mapped" in lines
+    assert "::ffff:127.0.0.1 localhost-ipv4-mapped" in lines
+    assert not [line for line in lines if line.startswith("::ffff:") and line.split()[1] in ("node1", "node2")]
 
 
 def test_slurm_conf_node_line_matches_the_node_count_and_gpus() -> None:
