@@ -13,7 +13,8 @@ from common import LR, MOMENTUM, Outcome, Spec, StepClock, make_data, make_model
 import torchslurm
 
 ON = ("exact train metrics per batch, 1 all_reduce per epoch", "validation every epoch (exact, 1 all_reduce)",
-      "rank-0 epoch log lines, metrics.jsonl + curves.png every epoch (always on)",
+      "rank-0 epoch log lines, metrics.jsonl + TensorBoard events every epoch (always on)",
+      "curves.png drawn once after the last epoch, off the training path (always on)",
       "one checkpoint after the last epoch (checkpoint_every_epochs=0; per-epoch ones off)",
       "progress lines off (log_every=0)", "preemption signal handling + dead-peer watchdog (defaults)",
       "one untimed DDP bucket-settling forward/backward before the first step")
