@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests.unit.jobs.conftest import FakeRun, fixture
 
 from torchslurm.errors import SlurmError
 from torchslurm.jobs.slurm import (
@@ -30,25 +30,7 @@ from torchslurm.jobs.slurm import (
 )
 from torchslurm.jobs.spec import parse_slurm_version
 
-OUT = Path(__file__).parents[2] / "fixtures" / "slurm_output"
-
 WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def fixture(name: str) -> str:
-    return (OUT / name).read_text()
-
-
-class FakeRun:
-    """Answers each command with a recorded output; remembers the argv it got."""
-
-    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
-        self.answers, self.calls = answers, []  # type: ignore[var-annotated]
-
-    def __call__(self, argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        self.calls.append(list(argv))
-        code, out, err = self.answers[argv[0]]
-        return subprocess.CompletedProcess(list(argv), code, out, err)
 
 
 def test_parse_job_id() -> None:

@@ -4,12 +4,10 @@ looked up where the job runs, submission through a fake SlurmClient, and a Job's
 from __future__ import annotations
 
 import getpass
-import subprocess
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests.unit.jobs.conftest import FakeRun, fixture
 
 from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.jobs.slurm import SlurmClient, parse_scontrol
@@ -25,25 +23,6 @@ from torchslurm.jobs.submit import (
     submit,
     unknown_placeholders,
 )
-
-OUT = Path(__file__).parents[2] / "fixtures" / "slurm_output"
-
-
-def fixture(name: str) -> str:
-    return (OUT / name).read_text()
-
-
-class FakeRun:
-    """Answers each command with a recorded output; remembers the argv it got."""
-
-    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
-        self.answers, self.calls = answers, []  # type: ignore[var-annotated]
-
-    def __call__(self, argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        self.calls.append(list(argv))
-        sinfo = (0, fixture("sinfo_nodes.txt"), "")  # the sandbox's 4 nodes, unless a test says otherwise
-        code, out, err = self.answers.get(argv[0], sinfo) if argv[0] == "sinfo" else self.answers[argv[0]]
-        return subprocess.CompletedProcess(list(argv), code, out, err)
 
 
 @pytest.mark.parametrize(("pattern", "expanded"), [
