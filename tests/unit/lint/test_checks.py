@@ -1,4 +1,5 @@
-"""lint(): every pitfall the seeds' scripts carry is flagged; our own rendered scripts are clean."""
+"""lint(): every pitfall of the classic scripts in tests/fixtures/seed_scripts is flagged; our own
+rendered scripts are clean."""
 
 from __future__ import annotations
 
