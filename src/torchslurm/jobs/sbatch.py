@@ -21,12 +21,7 @@ import shlex
 from torchslurm._version import __version__
 from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
 from torchslurm.jobs.spec import JobSpec, spec_json
-from torchslurm.runtime.distenv import PORT_BASE, PORT_SPAN, STEP_SLOTS
-
-# The rendezvous port of torchrun mode, as bash arithmetic: runtime.distenv.derived_port(job, step 0),
-# below the ephemeral range and unique per job, because with a fixed port (torchrun's 29500) two
-# jobs sharing a node join each other's store. (bash evaluates `*` and `%` left to right.)
-RDZV_PORT_EXPR = f"$(({PORT_BASE} + SLURM_JOB_ID * {STEP_SLOTS} % {PORT_SPAN}))"
+from torchslurm.runtime.distenv import RDZV_PORT_EXPR
 
 # C isspace() in the C locale, which sbatch uses; Python's str.isspace() knows more characters
 C_SPACE = " \t\n\v\f\r"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 
 from torchslurm.jobs.findings import Finding
-from torchslurm.jobs.sbatch import RDZV_PORT_EXPR
 from torchslurm.lint.parse import Launch, Script
 from torchslurm.lint.shell import batch_expanded, shown
+from torchslurm.runtime.distenv import RDZV_PORT_EXPR
 
 __all__ = ["check_launches", "check_rendezvous", "gpus_per_node", "leading_int", "step_nodes",
            "tasks_per_node"]

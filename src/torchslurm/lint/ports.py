@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 
 from torchslurm.jobs.findings import Finding, Severity
-from torchslurm.jobs.sbatch import RDZV_PORT_EXPR
 from torchslurm.lint.launch import gpus_per_node
 from torchslurm.lint.parse import Launch, Script
+from torchslurm.runtime.distenv import RDZV_PORT_EXPR
 
 __all__ = ["check_ports", "node_sharing"]
 

@@ -28,6 +28,9 @@ PORT_SPAN = 32768 - PORT_BASE
 # are less than PORT_SPAN // STEP_SLOTS apart never collide, nor do ids that share their last
 # digits (Lightning derives its port from the last 4 digits and collides there).
 STEP_SLOTS = 8
+# derived_port(job, step 0) as bash arithmetic, for job scripts and hints: a fixed port (torchrun's
+# 29500) lets two jobs sharing a node join each other's store. (bash evaluates `*` and `%` left to right.)
+RDZV_PORT_EXPR = f"$(({PORT_BASE} + SLURM_JOB_ID * {STEP_SLOTS} % {PORT_SPAN}))"
 _WHOLE_NUMBER = re.compile(r"[-+]?[0-9]+")
 SLURM_SETS_THEM = "these come from Slurm itself; check that no script exports SLURM_* variables by hand."
 
@@ -136,8 +139,8 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
     _check_rank("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world)
     num_nodes = _int("GROUP_WORLD_SIZE", environ.get("GROUP_WORLD_SIZE", str(-(-world // local_world))))
     node_rank = _int("GROUP_RANK", environ.get("GROUP_RANK", str(rank // local_world)))
-    if by_torchrun:
-        _check_one_group_per_node(environ, world, num_nodes)
+    if by_torchrun or "LOCAL_WORLD_SIZE" in environ:  # without it the nodes of another launcher are unknown
+        _check_one_group_per_node(environ, world, num_nodes, who)
     launcher = environ.get(LAUNCHER_VARIABLE, "torchrun")
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
@@ -302,7 +305,11 @@ def _check_exported_rank(environ: Mapping[str, str]) -> None:
         return
     missing = [n for n in ("WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if n not in environ]
     procid = environ.get("SLURM_PROCID", "")
-    if "SLURM_STEP_ID" in environ and procid.isdigit() and procid != environ["RANK"].strip():
+    # With one rank per srun task RANK must be SLURM_PROCID; a launcher below srun that starts
+    # several ranks per task (deepspeed) numbers them its own way, and its world is larger.
+    one_rank_per_task = environ.get("WORLD_SIZE", "").strip() == environ.get("SLURM_STEP_NUM_TASKS", "-")
+    if ("SLURM_STEP_ID" in environ and procid.isdigit() and procid != environ["RANK"].strip()
+            and (missing or one_rank_per_task)):
         seen = f"this srun task has SLURM_PROCID={procid}, so every task inherited the same RANK"
     elif missing:
         seen = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set"
@@ -330,22 +337,25 @@ def _step_node_count(environ: Mapping[str, str]) -> int:
         return 0
 
 
-def _check_one_group_per_node(environ: Mapping[str, str], world: int, num_nodes: int) -> None:
-    """torchrun's world must span the srun step that started it: `srun -N2 torchrun --standalone`
-    (or --nnodes=1) starts one independent group per node, and each trains the whole model alone
-    into the same run_dir."""
+def _check_one_group_per_node(environ: Mapping[str, str], world: int, num_nodes: int, who: str) -> None:
+    """A launcher's world must span the srun step that started it: `srun -N2 torchrun --standalone`
+    (or --nnodes=1, or any launcher told of one node) starts one independent group per node, and
+    each trains the whole model alone into the same run_dir."""
     step_nodes = _step_node_count(environ)
     if step_nodes <= num_nodes:
         return
+    launcher = "torchrun" if who == "torchrun" else "the launcher"
+    sizes = (f"GROUP_WORLD_SIZE={environ['GROUP_WORLD_SIZE']}" if "GROUP_WORLD_SIZE" in environ
+             else f"LOCAL_WORLD_SIZE={environ.get('LOCAL_WORLD_SIZE', world)}")
     raise EnvError(
-        f"torchrun's world is {world} rank(s) on {num_nodes} node(s) (WORLD_SIZE={world}, "
-        f"GROUP_WORLD_SIZE={environ.get('GROUP_WORLD_SIZE', num_nodes)}) but its srun step spans {step_nodes} nodes "
-        f"(SLURM_STEP_NUM_NODES={step_nodes}): each node runs its own separate training (torchrun --standalone or "
-        "--nnodes=1 under srun), and they would all write the same checkpoints.",
+        f"{launcher}'s world is {world} rank(s) on {num_nodes} node(s) (WORLD_SIZE={world}, {sizes}) but its srun "
+        f"step spans {step_nodes} nodes (SLURM_STEP_NUM_NODES={step_nodes}): each node runs its own separate "
+        "training (torchrun --standalone, --nnodes=1 or a launcher's one-node setting under srun), and they would "
+        "all write the same checkpoints.",
         f"use one rendezvous for all nodes: srun torchrun --nnodes={step_nodes} --nproc-per-node=N "
-        "--rdzv-backend=c10d --rdzv-endpoint=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29500 "
-        "--rdzv-id=$SLURM_JOB_ID train.py; or let torchslurm start the ranks: `torchslurm run train.py` "
-        "in the batch script.")
+        "--rdzv-backend=c10d --rdzv-endpoint=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):"
+        f"{RDZV_PORT_EXPR} --rdzv-id=$SLURM_JOB_ID train.py; or let torchslurm start the ranks: "
+        "`torchslurm run train.py` in the batch script.")
 
 
 def _idle_job_nodes(environ: Mapping[str, str], num_nodes: int) -> tuple[EnvError, ...]:
@@ -357,7 +367,7 @@ def _idle_job_nodes(environ: Mapping[str, str], num_nodes: int) -> tuple[EnvErro
         f"this Slurm job has {job_nodes} nodes (SLURM_JOB_NUM_NODES={job_nodes}) but torchrun, started without "
         f"srun, spans {num_nodes}: the other nodes stay idle.",
         f"srun --ntasks-per-node=1 torchrun --nnodes={job_nodes} --rdzv-backend=c10d --rdzv-endpoint=<first "
-        "node>:29500 train.py, or `torchslurm run train.py`."),)
+        f"node>:{RDZV_PORT_EXPR} train.py, or `torchslurm run train.py`."),)
 
 
 def _require(environ: Mapping[str, str], names: tuple[str, ...], who: str, hint: str) -> None:

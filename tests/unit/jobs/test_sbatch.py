@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from torchslurm.errors import ConfigError
-from torchslurm.jobs.sbatch import RDZV_PORT_EXPR, directives, rank_output, render, sbatch_quote, sbatch_split
+from torchslurm.jobs.sbatch import directives, rank_output, render, sbatch_quote, sbatch_split
 from torchslurm.jobs.spec import JobSpec, load
 from torchslurm.runtime import distenv
 
@@ -80,7 +80,7 @@ def test_rdzv_port_matches_runtime_formula() -> None:
     small and large (past the port span, past 2**31), as bash computes it on the node."""
     line = next(x for x in render(JobSpec(script="t.py", launch="torchrun")).splitlines()
                 if x.startswith("port="))
-    assert line == f"port={RDZV_PORT_EXPR}"
+    assert line == f"port={distenv.RDZV_PORT_EXPR}"
     job_ids = ("1", "7", "2846", "4242", "22768", "999999", "4294967295")
     script = "; ".join(f"SLURM_JOB_ID={job_id}; {line}; echo $port" for job_id in job_ids)
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()

@@ -169,6 +169,10 @@ BROKEN = [
       "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "localhost",
       "MASTER_PORT": "29400"}, "torchrun's world is 2 rank(s) on 1 node(s) (WORLD_SIZE=2, GROUP_WORLD_SIZE=1) "
      "but its srun step spans 2 nodes"),
+    # another launcher told of one node (its LOCAL_WORLD_SIZE is its whole world) under a 2-node srun step
+    ({**SRUN_TASK, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8",
+      "MASTER_ADDR": "localhost", "MASTER_PORT": "29400"}, "the launcher's world is 8 rank(s) on 1 node(s) "
+     "(WORLD_SIZE=8, LOCAL_WORLD_SIZE=8) but its srun step spans 2 nodes"),
     ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, "MASTER_ADDR is not set"),
     ({**BATCH_SHELL, "SLURM_NTASKS": "many"}, "SLURM_NTASKS='many' is not an integer"),
 ]
@@ -189,6 +193,18 @@ def test_an_exported_rank_says_remove_the_export_not_use_torchslurm_run(environ:
         detect(environ, free_port=lambda: 12345)
     assert info.value.hint is not None and "remove the `export RANK=…` line" in info.value.hint
     assert "start the script with torchrun or `torchslurm run`" not in info.value.hint
+
+
+def test_a_launcher_below_srun_with_several_ranks_per_task_is_not_an_exported_rank() -> None:
+    """deepspeed under `srun --ntasks-per-node=1` on 2 nodes: task 1 (SLURM_PROCID=1) runs ranks 8-15,
+    numbered by the launcher, whose world (16) is not the step's 2 tasks."""
+    deepspeed = {**SRUN_TASK, "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2",
+                 "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_LOCALID": "0", "RANK": "9", "LOCAL_RANK": "1",
+                 "WORLD_SIZE": "16", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}
+    env = detect(deepspeed, free_port=no_port)
+    assert (env.rank, env.world_size, env.local_rank) == (9, 16, 1)
+    spanning = {**deepspeed, "LOCAL_WORLD_SIZE": "8"}  # 16 ranks, 8 per node: both nodes of the step
+    assert detect(spanning, free_port=no_port).num_nodes == 2
 
 
 def test_torchrun_spanning_its_whole_step_is_fine_and_one_node_of_a_batch_job_is_a_warning() -> None:
