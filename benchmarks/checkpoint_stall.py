@@ -6,8 +6,10 @@ The same state (a GPT's model and AdamW state, `--dim`/`--layers` set its size) 
 - DCP sync: `train.dcp.write` (format 2: shards, rank files, checksums, COMPLETE, rename);
 - DCP async: the stall only — state dicts, the copy to CPU memory and starting the background
   writer; the write itself overlaps the next steps (its full time is reported too).
-Each is repeated `--rounds` times, alternating, into a fresh folder on the same filesystem; the
-median is reported with the ratios against bare. One process, no process group: the per-rank
+Each is repeated `--rounds` times, alternating, on the same filesystem, each starting with no dirty
+pages (os.sync() and the previous files deleted, outside the timing); the median is reported with
+the ratios against bare. keep_last=1: the older checkpoint is renamed away in the save and deleted
+in the background. One process, no process group: the per-rank
 cost (each rank of a sharded run writes its shard the same way).
 
     python benchmarks/checkpoint_stall.py [--dim 512] [--layers 8] [--rounds 5] [--dir /tmp]
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -67,8 +70,18 @@ def main() -> None:
     ways: dict[str, Callable[[int], None]] = {"bare torch.save": bare, "rank-0 single file": single_file,
                                                "DCP sync": dcp_sync, "DCP async (stall)": dcp_async}
     times: dict[str, list[float]] = {name: [] for name in ways}
+    def settle() -> None:
+        """Outside the timing: the previous way's files deleted (keep_last=1 deletes in the background)
+        and every dirty page on disk, so that no way pays for the write-back of another's bytes."""
+        for old in root.glob("bare-*.pt"):
+            old.unlink()
+        while any(root.glob("*/.trash-*")):
+            time.sleep(0.01)
+        os.sync()
+
     for step in range(1, args.rounds + 1):
         for name, save in ways.items():
+            settle()
             started = time.perf_counter()
             save(step)
             times[name].append(time.perf_counter() - started)

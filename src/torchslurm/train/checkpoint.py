@@ -18,6 +18,7 @@ import os
 import random
 import re
 import shutil
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -116,11 +117,25 @@ def complete(root: Path) -> list[tuple[int, Path]]:
 
 
 def prune(root: Path, keep_last: int) -> list[Path]:
-    """Delete complete checkpoints older than the newest `keep_last`; return what was deleted."""
+    """Delete complete checkpoints older than the newest `keep_last`; return what was deleted.
+
+    Each is renamed to `.trash-*` at once (so it is gone for every reader) and its files are
+    deleted by a background thread: deleting a large checkpoint would otherwise stall training as
+    long as writing one. A trash folder left by an exit mid-delete goes with the next save's
+    leftovers."""
     doomed = [path for _, path in complete(root)[:-keep_last]] if keep_last > 0 else []
+    trash = []
     for path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
+        trash.append(root / f".trash-{path.name}-{os.getpid()}-{threading.get_ident()}")
+        os.replace(path, trash[-1])
+    if trash:
+        threading.Thread(target=_delete, args=(trash,), name="torchslurm-prune", daemon=True).start()
     return doomed
+
+
+def _delete(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _reason(exc: Exception) -> str:

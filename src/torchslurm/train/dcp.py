@@ -30,7 +30,8 @@ import pickle
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from torchslurm.errors import CheckpointError
-from torchslurm.train import checkpoint
+from torchslurm.train import checkpoint, hashed
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +92,14 @@ class Snapshot:
     keep_last: int
 
 
-def write(snap: Snapshot, group: dist.ProcessGroup | None = None) -> Path:
+def write(snap: Snapshot, group: dist.ProcessGroup | None = None, background: bool = False) -> Path:
     """Write `snap` on every rank of `group` and publish the checkpoint once all agree; returns its folder.
 
     All ranks call it. Rank 0 clears leftovers of interrupted saves and creates the staging folder;
     each rank writes its shard and rank file, fsyncs them and reports their checksums; rank 0
     writes COMPLETE with all of them and renames the folder; a last barrier keeps every rank from
-    starting the next save before this one is in place."""
+    starting the next save before this one is in place. Each file is hashed while written; a save
+    on the training thread (not `background`) leaves out torch.save's redundant crc32s."""
     rank = dist.get_rank() if _distributed() else 0
     final = checkpoint.step_dir(snap.root, snap.step)
     staging = snap.root / f".staging-{snap.step:09d}"
@@ -105,19 +107,9 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None) -> Path:
         checkpoint.remove_leftovers(snap.root)
         (staging / SHARDS).mkdir(parents=True)
     _barrier(group)
-    with _quiet_without_group():
-        dcp_save(snap.tensors, storage_writer=FileSystemWriter(staging / SHARDS, sync_files=True),
-                 process_group=group, no_dist=not _distributed())
-    written = [staging / rank_file(rank)]
-    torch.save(snap.rank_state, written[0])
-    if snap.trainer_state is not None:
-        torch.save(snap.trainer_state, staging / checkpoint.STATE_FILE)
-        written += [staging / checkpoint.STATE_FILE, staging / SHARDS / ".metadata"]
-    written += sorted((staging / SHARDS).glob(f"__{rank}_*.distcp"))
-    mine = {}
-    for path in written:
-        checkpoint.fsync(path)
-        mine[str(path.relative_to(staging))] = checkpoint.sha256(path)
+    with ThreadPoolExecutor(1, thread_name_prefix="torchslurm-sha256") as pool, \
+            nullcontext() if background else hashed.without_record_crc32():
+        mine = _write_files(snap, staging, rank, group, pool)
     everyone: list[Any] = [mine]
     if _distributed():
         everyone = [None] * dist.get_world_size(group)
@@ -130,6 +122,22 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None) -> Path:
         checkpoint.publish(staging, final, snap.keep_last)
     _barrier(group)
     return final
+
+
+def _write_files(snap: Snapshot, staging: Path, rank: int, group: dist.ProcessGroup | None,
+                 pool: ThreadPoolExecutor) -> dict[str, str]:
+    """This rank's files of the checkpoint, each hashed while written and fsynced once (DCP fsyncs
+    its own, sync_files); -> file (relative to `staging`) -> sha256."""
+    fs = hashed.HashingFileSystem(pool)
+    writer = FileSystemWriter(staging / SHARDS, sync_files=True)
+    writer.fs = fs
+    with _quiet_without_group():
+        dcp_save(snap.tensors, storage_writer=writer, process_group=group, no_dist=not _distributed())
+    mine = {f"{SHARDS}/{name}": digest for name, digest in fs.digests.items()}
+    mine[rank_file(rank)] = hashed.save(snap.rank_state, staging / rank_file(rank), pool)
+    if snap.trainer_state is not None:
+        mine[checkpoint.STATE_FILE] = hashed.save(snap.trainer_state, staging / checkpoint.STATE_FILE, pool)
+    return mine
 
 
 @contextmanager
@@ -167,7 +175,7 @@ class AsyncWriter:
 
     def _run(self, snap: Snapshot) -> None:
         try:
-            self.last = write(snap, self._group)
+            self.last = write(snap, self._group, background=True)
         except BaseException as exc:  # reported on the training thread by wait()
             self._error = exc
 

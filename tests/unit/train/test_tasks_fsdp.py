@@ -97,6 +97,24 @@ def test_sharded_checkpoint_round_trip_without_a_process_group(tmp_path: Path) -
         checkpoint.load(folder)
 
 
+def test_checksums_taken_while_writing_are_those_of_the_files_on_disk(tmp_path: Path) -> None:
+    """Large tensors are hashed on a helper thread while written, small writes inline: either way
+    COMPLETE lists every file of the folder with the sha256 of its bytes as read back."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 3))  # a 4 MiB weight: the threaded path
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(1, 1024)).sum().backward()
+    optimizer.step()
+    tensors, plain = dcp.split_state(model, optimizer)
+    folder = dcp.write(dcp.Snapshot(tmp_path, 3, tensors, {"rng": 1}, {"format": dcp.FORMAT, "optim_plain": plain},
+                                    keep_last=2))
+    files = json.loads((folder / checkpoint.MARKER).read_text())["files"]
+    on_disk = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()} - {checkpoint.MARKER}
+    assert set(files) == on_disk
+    assert files == {name: checkpoint.sha256(folder / name) for name in on_disk}
+    assert (folder / "shards" / "__0_0.distcp").stat().st_size > 3 * 4 << 20  # weights and 2 moments
+
+
 def test_metadata_reader_refuses_other_objects(tmp_path: Path) -> None:
     (tmp_path / ".metadata").write_bytes(pickle.dumps(io.StringIO("x")))
     with pytest.raises(CheckpointError, match=r"_io.StringIO is not allowed in checkpoint metadata"):
