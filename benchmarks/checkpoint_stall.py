@@ -75,8 +75,7 @@ def main() -> None:
         and every dirty page on disk, so that no way pays for the write-back of another's bytes."""
         for old in root.glob("bare-*.pt"):
             old.unlink()
-        while any(root.glob("*/.trash-*")):
-            time.sleep(0.01)
+        checkpoint.wait_for_deletes()
         os.sync()
 
     for step in range(1, args.rounds + 1):

@@ -122,15 +122,27 @@ def prune(root: Path, keep_last: int) -> list[Path]:
     Each is renamed to `.trash-*` at once (so it is gone for every reader) and its files are
     deleted by a background thread: deleting a large checkpoint would otherwise stall training as
     long as writing one. A trash folder left by an exit mid-delete goes with the next save's
-    leftovers."""
+    leftovers; `wait_for_deletes()` waits for them (the Trainer does at the end of fit())."""
     doomed = [path for _, path in complete(root)[:-keep_last]] if keep_last > 0 else []
     trash = []
     for path in doomed:
         trash.append(root / f".trash-{path.name}-{os.getpid()}-{threading.get_ident()}")
         os.replace(path, trash[-1])
     if trash:
-        threading.Thread(target=_delete, args=(trash,), name="torchslurm-prune", daemon=True).start()
+        thread = threading.Thread(target=_delete, args=(trash,), name="torchslurm-prune", daemon=True)
+        _deleting.append(thread)
+        thread.start()
     return doomed
+
+
+_deleting: list[threading.Thread] = []
+"""prune()'s deletions still running in this process."""
+
+
+def wait_for_deletes() -> None:
+    """Return once every old checkpoint handed to the background by prune() is deleted."""
+    while _deleting:
+        _deleting.pop().join()
 
 
 def _delete(paths: list[Path]) -> None:

@@ -148,6 +148,7 @@ class Trainer:
                 result = self._fit()
             finally:
                 self._writer.wait()  # a preemption stop or the end: the requeued job finds it complete
+                checkpoint.wait_for_deletes()
             if result.stopped_early and self._preemption is not None:
                 result = replace(result, exit_code=self._preemption.finish(self.topo.rank))
         return result

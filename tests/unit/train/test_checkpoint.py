@@ -26,6 +26,8 @@ def test_keep_last_keeps_newest_complete(tmp_path: Path) -> None:
         checkpoint.save(tmp_path, step, _state(step), keep_last=2)
     assert [s for s, _ in checkpoint.complete(tmp_path)] == [3, 4]
     assert not list(tmp_path.glob(".staging-*"))
+    checkpoint.wait_for_deletes()  # the older ones were renamed away at once, then deleted in the background
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000003", "step-000000004"]
 
 
 def test_unfinished_checkpoint_is_invisible(tmp_path: Path) -> None:
