@@ -1,4 +1,4 @@
-"""The examples run as the README says: plain python (one process), under torchrun, under torchslurm run."""
+"""The examples run as the docs say: plain python (one process), under torchrun, under torchslurm run."""
 
 from __future__ import annotations
 
@@ -55,14 +55,14 @@ def test_simple_model_under_plain_torchrun(tmp_path: Path) -> None:
     assert accuracy > 80.0  # 10→50→2 learns the synthetic rule quickly
 
 
-def readme_python_block(after: str) -> str:
-    text = (EXAMPLES.parent / "README.md").read_text()
+def docs_python_block(page: str, after: str) -> str:
+    text = (EXAMPLES.parent / "docs" / page).read_text()
     start = text.index("```python\n", text.index(after)) + len("```python\n")
     return text[start:text.index("```", start)]
 
 
-def test_the_readmes_own_model_script_trains_on_two_ranks(tmp_path: Path) -> None:
-    (tmp_path / "mine.py").write_text(readme_python_block("**Your own model**"))
+def test_the_docs_own_model_script_trains_on_two_ranks(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(docs_python_block("training.md", "## Your own model"))
     result = _run(sys.executable, "-m", "torchslurm", "run", "--nproc", "2", "mine.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     accuracy = re.search(r"validation accuracy (\d+\.\d\d)%", result.stdout)

@@ -9,6 +9,7 @@ the process group still existed when the DDP was freed. Each rank prints that as
 
 import gc
 import json
+import sys
 import weakref
 
 import torch
@@ -35,4 +36,6 @@ def evaluate_once() -> float:
 gc.disable()
 with torchslurm.init() as ctx:
     evaluate_once()
-print(json.dumps({"rank": ctx.rank, "freed_while_grouped": freed_while_grouped}), flush=True)
+# one write per line: print() writes the text and its newline separately, and three ranks share a pipe
+sys.stdout.write(json.dumps({"rank": ctx.rank, "freed_while_grouped": freed_while_grouped}) + "\n")
+sys.stdout.flush()
