@@ -21,15 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from torchslurm.errors import CheckpointError, ConfigError
+from torchslurm.errors import ConfigError
 from torchslurm.jobs.slurm import run_command_status
-from torchslurm.train import checkpoint, dcp
-from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
+from torchslurm.train import checkpoint, dcp, resume
+from torchslurm.train.checkpoint import seed_everything
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.data import ShardSampler, SkipSampler
 from torchslurm.train.events import EventWriter
@@ -394,91 +393,12 @@ class Trainer:
         Every rank must call it. With checkpoint_async the tensors are copied to CPU memory here
         and written in the background (after the previous background save, if one is in flight);
         the returned folder is complete once `wait_for_checkpoint()` returns."""
-        self._saved_step = self.global_step
-        tensors, plain = dcp.split_state(self.model, self.optimizer)
-        state = None
-        if self.is_main:
-            state = {
-                "format": dcp.FORMAT, "optim_plain": plain, "scaler": self.scaler.state_dict(),
-                "scheduler": self.scheduler.state_dict() if self.scheduler else {},
-                "epoch": self.epoch, "batches_done": self.batches_done, "global_step": self.global_step,
-                "world_size": self.topo.world_size, "config": self.config.to_dict(),
-            }
-        snap = dcp.Snapshot(self.checkpoint_dir, self.global_step, tensors,
-                            {"rng": rng_state(), "sums": self._sums.tolist()}, state, self.config.keep_last)
-        if self.config.checkpoint_async:
-            snap.tensors = dcp.stage(tensors)
-            self._writer.start(snap)
-            path = checkpoint.step_dir(self.checkpoint_dir, self.global_step)
-        else:
-            path = dcp.write(snap)
-        where = f"epoch {self.epoch + 1}, batch {self.batches_done}" if self.batches_done \
-            else f"after epoch {self.epoch}"
-        if self.is_main:
-            self._last_checkpoint = path
-            logger.info("checkpoint %s (%s, step %d)%s", path, where, self.global_step,
-                        ", writing in the background" if self.config.checkpoint_async else "")
-        return path if self.is_main else None
+        return resume.save(self)
 
     def wait_for_checkpoint(self) -> None:
         """Return once a background save is complete (at once without one); raise its error."""
         self._writer.wait()
 
-    def _choose_checkpoint(self) -> Path | None:
-        """Rank 0 picks (skipping corrupt ones with a warning) and tells the others, so all agree."""
-        resume = self.config.resume
-        choice: list[str | None] = [None]
-        if self.is_main and resume != "never":
-            if resume == "auto":
-                found = checkpoint.load_latest(self.checkpoint_dir)
-                choice[0] = str(found[0]) if found else None
-            else:
-                checkpoint.load(Path(resume))  # fail early, with the reason, on rank 0
-                choice[0] = resume
-        if self.topo.world_size > 1:
-            dist.broadcast_object_list(choice, src=0)
-        return Path(choice[0]) if choice[0] else None
-
     def _resume(self) -> bool:
         """Load model, optimizer, position and RNG states; False when starting fresh."""
-        path = self._choose_checkpoint()
-        if path is None:
-            if self.is_main:
-                self.log.keep_until(0)
-            return False
-        try:  # on the CPU: RNG states must stay CPU tensors. Rank 0 verified every checksum already
-            state = checkpoint.load(path, verify=self.is_main)
-            if state.get("format", 1) >= dcp.FORMAT:
-                dcp.load_into(checkpoint.folder_of(path), state, self.model, self.optimizer)
-            else:
-                dcp.load_single_file(state, self.model, self.optimizer)
-        except (CheckpointError, OSError) as exc:
-            reason = exc.message if isinstance(exc, CheckpointError) else str(exc)
-            raise CheckpointError(f"rank {self.topo.rank} cannot read {path}: {reason}",
-                                  "run_dir must be on a filesystem every node sees (e.g. your home or project "
-                                  "dir).") from exc
-        self.scaler.load_state_dict(state["scaler"])
-        if self.scheduler is not None and state["scheduler"]:
-            self.scheduler.load_state_dict(state["scheduler"])
-        if self.scheduler is None:  # the config's lr is the truth (world size or lr may have changed)
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.config.lr * self.lr_factor
-        self.epoch, self.batches_done, self.global_step = state["epoch"], state["batches_done"], state["global_step"]
-        changed = checkpoint.layout_changes(state, {
-            "world_size": self.topo.world_size, "batch_size": self.config.batch_size, "seed": self.config.seed,
-            "grad_accum_steps": self.config.grad_accum_steps})
-        if not changed:
-            mine = state["ranks"][self.topo.rank] if "ranks" in state else checkpoint.load_plain(
-                checkpoint.folder_of(path) / dcp.rank_file(self.topo.rank))
-            set_rng_state(mine["rng"])
-            self._sums = torch.tensor(mine["sums"], dtype=torch.float64, device=self.device)
-        else:
-            logger.warning("checkpoint %s: %s, so data order and RNG streams differ from an uninterrupted run%s",
-                           path, changed, "; restarting the interrupted epoch" if self.batches_done else "")
-            self.batches_done = 0
-            seed_everything(self.config.seed + self.topo.rank + 1000 * self.epoch)
-        if self.is_main:
-            self.log.keep_until(self.global_step)
-            logger.info("Resuming from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batches_done,
-                        self.global_step)
-        return True
+        return resume.resume(self)
