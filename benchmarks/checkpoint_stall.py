@@ -58,7 +58,7 @@ def main() -> None:
 
     def snapshot(step: int, staged: bool) -> dcp.Snapshot:
         tensors, plain = dcp.split_state(model, optimizer)
-        return dcp.Snapshot(root / ("async" if staged else "sync"), step, dcp.stage(tensors) if staged else tensors,
+        return dcp.Snapshot(root / ("async" if staged else "sync"), step, writer.stage(tensors) if staged else tensors,
                             {"rng": checkpoint.rng_state()}, {"format": dcp.FORMAT, "optim_plain": plain}, 1)
 
     def dcp_sync(step: int) -> None:

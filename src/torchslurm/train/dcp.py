@@ -157,14 +157,41 @@ def _barrier(group: dist.ProcessGroup | None) -> None:
 class AsyncWriter:
     """At most one checkpoint written in the background, on a Gloo group of its own.
 
-    `start()` waits for the save in flight (if any), then starts this one; `wait()` returns once
-    it is published and re-raises its error here, on the training thread."""
+    `stage()` copies the tensors for it, `start()` waits for the save in flight (if any), then
+    starts this one; `wait()` returns once it is published and re-raises its error here, on the
+    training thread."""
 
     def __init__(self) -> None:
         self._group: dist.ProcessGroup | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._buffers: dict[str, torch.Tensor] = {}
         self.last: Path | None = None
+
+    def stage(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`stage(tensors)`, copying CPU tensors into buffers kept from save to save: a fresh copy
+        faults all of its memory in every time (30-800 ms for 292 MiB on a loaded 2-core machine),
+        a kept one costs a memcpy. Waits for the save in flight first: it still reads them. The
+        price is one more copy of this rank's state held for the whole run."""
+        self.wait()
+        on_cpu = {k: v for k, v in tensors.items() if v.device.type == "cpu"}
+        staged = stage({k: v for k, v in tensors.items() if k not in on_cpu})  # GPU: a copy to the host
+        for key, value in on_cpu.items():
+            staged[key] = self._copy(key, value.detach())
+        return {key: staged[key] for key in tensors}
+
+    def _copy(self, key: str, value: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor
+
+        local = value.to_local() if isinstance(value, DTensor) else value
+        kept = self._buffers.get(key)
+        if kept is None or kept.shape != local.shape or kept.dtype != local.dtype:
+            kept = self._buffers[key] = torch.empty_like(local, memory_format=torch.contiguous_format)
+        kept.copy_(local)
+        if isinstance(value, DTensor):
+            return DTensor.from_local(kept, value.device_mesh, value.placements, run_check=False,
+                                      shape=value.shape, stride=value.stride())
+        return kept
 
     def start(self, snap: Snapshot) -> None:
         self.wait()

@@ -39,7 +39,7 @@ def save(trainer: Trainer) -> Path | None:
     snap = dcp.Snapshot(trainer.checkpoint_dir, trainer.global_step, tensors,
                         {"rng": rng_state(), "sums": trainer._sums.tolist()}, state, trainer.config.keep_last)
     if trainer.config.checkpoint_async:
-        snap.tensors = dcp.stage(tensors)
+        snap.tensors = trainer._writer.stage(tensors)
         trainer._writer.start(snap)
         path = checkpoint.step_dir(trainer.checkpoint_dir, trainer.global_step)
     else:

@@ -115,6 +115,23 @@ def test_checksums_taken_while_writing_are_those_of_the_files_on_disk(tmp_path: 
     assert (folder / "shards" / "__0_0.distcp").stat().st_size > 3 * 4 << 20  # weights and 2 moments
 
 
+def test_background_staging_reuses_its_buffers_and_copies(tmp_path: Path) -> None:
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    writer = dcp.AsyncWriter()
+    tensors, plain = dcp.split_state(model, optimizer)
+    first = writer.stage(tensors)
+    with torch.no_grad():
+        model.weight.add_(1.0)  # training goes on: the staged copy must not see it
+    assert not torch.equal(first["model.weight"], model.weight)
+    writer.start(dcp.Snapshot(tmp_path, 1, first, {"rng": 1}, {"format": dcp.FORMAT, "optim_plain": plain}, 2))
+    second = writer.stage(dcp.split_state(model, optimizer)[0])  # waits for the save reading `first`
+    assert torch.equal(second["model.weight"], model.weight)
+    assert second["model.weight"].data_ptr() == first["model.weight"].data_ptr()  # the same memory, refilled
+    assert writer.wait() == checkpoint.step_dir(tmp_path, 1)
+    assert not torch.equal(dcp.read_model(checkpoint.step_dir(tmp_path, 1))["weight"], model.weight)
+
+
 def test_metadata_reader_refuses_other_objects(tmp_path: Path) -> None:
     (tmp_path / ".metadata").write_bytes(pickle.dumps(io.StringIO("x")))
     with pytest.raises(CheckpointError, match=r"_io.StringIO is not allowed in checkpoint metadata"):
