@@ -16,6 +16,7 @@ TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "
                  "torchslurm.train.metrics", "torchslurm.train.data", "torchslurm.train.models",
                  "torchslurm.train.watchdog", "torchslurm.train.dcp", "torchslurm.train.fsdp",
                  "torchslurm.train.strategy", "torchslurm.train.tasks", "torchslurm.train.text",
+                 "torchslurm.train.hashed", "torchslurm.train.resume",
                  "torchslurm.doctor.bench"}
 TORCH_FREE_MODULES = sorted(
     name for name in (".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
