@@ -292,6 +292,10 @@ class Trainer:
     def evaluate(self, dataset: Dataset[Any] | None = None) -> Totals:
         """Exact loss and accuracy over `dataset` (default: the validation data), all ranks together.
         Every rank must call it."""
+        return totals(all_reduce_sums(self._validation_sums(dataset)))
+
+    def _validation_sums(self, dataset: Dataset[Any] | None) -> torch.Tensor:
+        """This rank's sums over its shard of `dataset` (default: the validation data)."""
         data = self.val_data if dataset is None else dataset
         sampler = ShardSampler(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
         loader = DataLoader(data, batch_size=self.config.batch_size, sampler=sampler,
@@ -311,14 +315,16 @@ class Trainer:
                 for _ in range(most - len(loader)):
                     model(dummy)
         model.train()
-        return totals(all_reduce_sums(sums))
+        return sums
 
     def _finish_epoch(self, seen: int, elapsed_s: float) -> Totals:
-        """Validate, reduce the epoch's sums, log the per-epoch line, write metrics and plot."""
-        val = self.evaluate()
-        reduced = all_reduce_sums(torch.cat([self._sums, torch.tensor([float(seen)], dtype=torch.float64,
-                                                                       device=self.device)]))
-        train, seen_all = totals(reduced), float(reduced[3])
+        """Validate, reduce the epoch's sums, log the per-epoch line, write metrics and plot.
+        Validation's and training's sums travel in one all_reduce: the epoch end's only collective."""
+        local_val = self._validation_sums(None)
+        n = local_val.numel()
+        reduced = all_reduce_sums(torch.cat([local_val, self._sums, torch.tensor([float(seen)], dtype=torch.float64,
+                                                                                  device=self.device)]))
+        val, train, seen_all = totals(reduced[:n]), totals(reduced[n:2 * n]), float(reduced[2 * n])
         self.epoch, self.batches_done = self.epoch + 1, 0
         self._sums.zero_()
         if not self.is_main:
