@@ -223,7 +223,8 @@ class Trainer:
             boundary = self.batches_done % accum == 0 or self.batches_done == total
             sums = self._micro_step(inputs, targets, group_size, boundary)
             self._sums += sums
-            window += sums
+            if cfg.log_every:
+                window += sums
             seen += self.task.count(targets)
             if bar is not None:
                 bar.update(1)
@@ -252,7 +253,7 @@ class Trainer:
             with self._autocast():
                 output = self.ddp(inputs)
                 loss = self.loss_fn(output, targets)
-            scaled: torch.Tensor = self.scaler.scale(loss / group_size)
+            scaled: torch.Tensor = self.scaler.scale(loss / group_size if group_size > 1 else loss)
             scaled.backward()  # type: ignore[no-untyped-call]
         return self.task.sums(output, targets, loss)
 
