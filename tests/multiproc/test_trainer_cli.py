@@ -62,6 +62,8 @@ def test_demo_reaches_90_percent_and_resumes_bitwise_after_preemption(tmp_path: 
     for name in ("metrics.jsonl", "curves.png"):
         assert (tmp_path / "full" / name).stat().st_size > 0
     assert f"plot         {tmp_path / 'full' / 'curves.png'}" in full.stdout
+    assert f"tensorboard  {tmp_path / 'full' / 'tensorboard'}" in full.stdout
+    assert any((tmp_path / "full" / "tensorboard").glob("events.out.tfevents.*"))
 
     # Preempted mid-epoch (the signal reaches the ranks through the launcher): checkpoint, exit 75;
     # the same command then resumes inside the epoch and ends with the same weights.

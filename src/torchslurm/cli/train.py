@@ -172,6 +172,7 @@ def _print_outputs(run_dir: Path, last_checkpoint: Path | None) -> None:
     print(f"  checkpoints  {last_checkpoint or run_dir / 'checkpoints'}")
     print(f"  metrics      {run_dir / 'metrics.jsonl'}")
     print(f"  plot         {run_dir / 'curves.png'}")
+    print(f"  tensorboard  {run_dir / 'tensorboard'}  (tensorboard --logdir {run_dir})")
     print(f"To go on: torchslurm train run_dir={run_dir} epochs=N continues from the newest checkpoint.")
 
 
