@@ -273,7 +273,7 @@ def test_kill_9_during_checkpoint_write_resumes_from_the_previous_one(cluster: C
     job = cluster.sbatch(job_script(cluster, run_dir, "ballast_mb=64", "checkpoint_every_steps=8"))
     pids = started(cluster, job, run_dir)
     wait_for(lambda: checkpoint.complete(ckpt), 60, "the first checkpoint never completed")
-    wait_for(lambda: list(ckpt.glob(".staging-000000016-*")), 60, "the second checkpoint was never started")
+    wait_for(lambda: list(ckpt.glob(".staging-000000016*")), 60, "the second checkpoint was never started")
     host = (run_dir / "pids" / "rank0.pid").read_text().split()[1]
     os.kill(pids[0], 9)  # rank 0 writes checkpoints: killed inside the save of step 16
     state, _ = drive(cluster, job)
