@@ -92,6 +92,18 @@ def wait_for(what: Callable[[], object], timeout_s: float, message: str) -> None
         time.sleep(0.02)
 
 
+def stopped_once_and_requeued(cluster: Cluster, job: str) -> tuple[str, int]:
+    """Drive a job signalled with USR2 to its end: it completed after one requeue, every rank
+    stopped after the same step, and rank 0 requeued it. Its output and that step."""
+    state, restarts = drive(cluster, job)
+    output = cluster.output(job)
+    assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
+    stops = set(re.findall(r"rank \d: stopped at step (\d+)", output))
+    assert len(stops) == 1, output[-4000:]  # every rank stopped after the same step
+    assert re.search(rf"stopped on SIGUSR2; requeued job {job} \(restart 1 of at most 3\)", output), output[-4000:]
+    return output, int(stops.pop())
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -166,14 +178,8 @@ def test_scancel_signal_mid_epoch_checkpoints_requeues_and_resumes_bitwise(
     started(cluster, job, run_dir)
     time.sleep(4.0)  # some steps into epoch 1 (start-up takes ~2 s of it)
     assert cluster.run(["scancel", "--signal=USR2", job]).returncode == 0
-    state, restarts = drive(cluster, job)
-    output = cluster.output(job)
-    assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
-    stops = set(re.findall(r"rank \d: stopped at step (\d+)", output))
-    assert len(stops) == 1, output[-4000:]  # every rank stopped after the same step
-    step = int(stops.pop())
+    output, step = stopped_once_and_requeued(cluster, job)
     assert 0 < step < 50
-    assert re.search(rf"stopped on SIGUSR2; requeued job {job} \(restart 1 of at most 3\)", output), output[-4000:]
     # 0 completed steps lost: the resume starts at the very step the stop saved
     assert re.search(rf"Resuming from \S+step-{step:09d}: epoch \d, batch \d+, step {step}\b", output), output[-4000:]
     assert_same_weights(reference, run_dir)
