@@ -1,7 +1,7 @@
 """Checkpoints that readers see whole or not at all.
 
-Layout: `<root>/step-000000123/state.pt` plus `COMPLETE` (JSON: step, and the sha256 of every file:
-`files`; a single-file checkpoint of format 1 has `sha256` of state.pt). Sharded checkpoints (format
+Layout: `<root>/step-000000123/state.pt` plus `COMPLETE` (JSON: step, and the checksum of every file:
+`files`, see train.checksum; a single-file checkpoint of format 1 has `sha256` of state.pt). Sharded checkpoints (format
 2, train.dcp) add `shards/` (torch.distributed.checkpoint) and one `rank-NNNNN.pt` per rank. A
 checkpoint is written into a staging directory, fsynced, renamed into place (atomic within one
 filesystem), and only counts once its `COMPLETE` marker exists and its checksum matches.
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from torchslurm.errors import CheckpointError
+from torchslurm.train import checksum
 
 logger = logging.getLogger(__name__)
 
@@ -52,39 +53,30 @@ def fsync(path: Path) -> None:
     _fsync(path)
 
 
-def sha256(path: Path) -> str:
-    return _sha256(path)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def save(root: Path, step: int, state: Mapping[str, Any], keep_last: int = 2) -> Path:
-    """Write `state` as `<root>/step-N` atomically, then delete all but the newest `keep_last`
-    complete checkpoints. Call it on one rank only (rank 0)."""
+    """Write `state` as `<root>/step-N` atomically in format 1 (one file, written by rank 0; the
+    Trainer writes format 2, train.dcp), then delete all but the newest `keep_last` complete
+    checkpoints. Call it on one rank only (rank 0)."""
     root = Path(root)
     final, staging = step_dir(root, step), root / f".staging-{step:09d}-{os.getpid()}"
     remove_leftovers(root)
     staging.mkdir(parents=True)
     torch.save(dict(state), staging / STATE_FILE)
     _fsync(staging / STATE_FILE)
-    marker = {"step": step, "sha256": _sha256(staging / STATE_FILE)}
+    marker = {"step": step, "sha256": checksum.of_file(staging / STATE_FILE, hashlib.sha256())}
     (staging / MARKER).write_text(json.dumps(marker) + "\n")
     publish(staging, final, keep_last)
     return final
 
 
-def publish(staging: Path, final: Path, keep_last: int) -> None:
-    """Make a staged checkpoint folder (its files and marker fsynced) the checkpoint `final`: fsync,
-    rename, fsync the parent, then delete all but the newest `keep_last` complete ones."""
+def publish(staging: Path, final: Path, keep_last: int, durable: bool = True) -> None:
+    """Make a staged checkpoint folder (its files fsynced) the checkpoint `final`: fsync its marker
+    and itself, rename, fsync the parent, then delete all but the newest `keep_last` complete ones.
+    `durable=False`: no fsync here, the caller makes it durable later (train.dcp.Durability)."""
     root = final.parent
-    _fsync(staging / MARKER)
-    _fsync(staging)
+    if durable:
+        _fsync(staging / MARKER)
+        _fsync(staging)
     if final.exists():  # the same step saved again (e.g. after a resume): swap the old one out
         trash = root / f".trash-{final.name}-{os.getpid()}"
         os.replace(final, trash)
@@ -92,7 +84,8 @@ def publish(staging: Path, final: Path, keep_last: int) -> None:
         shutil.rmtree(trash)
     else:
         os.replace(staging, final)  # rename(2): atomic within one filesystem
-    _fsync(root)
+    if durable:
+        _fsync(root)
     prune(root, keep_last)
     logger.debug("checkpoint saved: %s", final)
 
@@ -186,10 +179,10 @@ def load(path: Path, map_location: str | torch.device = "cpu", verify: bool = Tr
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder}: {name} is missing, though its {MARKER} marker lists it.",
                                   "delete this directory; resume=auto then uses the previous complete checkpoint.")
-        actual = _sha256(folder / name)
+        actual = checksum.of_file(folder / name, checksum.like(expected))
         if actual != expected:
             raise CheckpointError(
-                f"checkpoint {folder / name} has sha256 {actual[:12]}…, but its marker says {expected[:12]}…: "
+                f"checkpoint {folder / name} has checksum {actual[:14]}…, but its marker says {expected[:14]}…: "
                 "the file is corrupt or truncated.",
                 "delete this directory; resume=auto then uses the "
                 "previous complete checkpoint."
@@ -214,7 +207,7 @@ def load_plain(state_file: Path, map_location: str | torch.device = "cpu") -> di
 
 
 def _expected_files(folder: Path, marker_file: Path) -> dict[str, str]:
-    """File (relative to `folder`) -> sha256, from the marker: `files` in sharded checkpoints, the
+    """File (relative to `folder`) -> checksum, from the marker: `files` in sharded checkpoints, the
     one `sha256` of state.pt in single-file ones."""
     try:
         marker = json.loads(marker_file.read_text())

@@ -7,8 +7,8 @@ no rank gathers the model.
       rank-00000.pt    each rank's RNG states and metric sums
       state.pt         rank 0: epoch, position, scaler, scheduler, config, the optimizer's
                        non-tensor settings
-      COMPLETE         written last, by rank 0, once every rank said its files are on disk:
-                       the sha256 of each file
+      COMPLETE         written last, by rank 0, once every rank said its files are written:
+                       the checksum of each file (train.checksum)
 
 The folder is written as `.staging-<step>` and renamed (checkpoint.publish). Loading goes through
 `get_state_dict`/`set_state_dict` with the optimizer flattened to parameter names, so a run saved
@@ -16,9 +16,11 @@ on 4 ranks loads on 2 or 3: DCP reads whatever part of each tensor a rank now ho
 go through DCP, whose reader is given a restricted unpickler for its `.metadata`; everything else
 is a `torch.load(weights_only=True)` file: a load never unpickles arbitrary objects.
 
-Asynchronous saves stage the tensors to CPU memory at the step boundary, then a thread writes
-them and finishes the checkpoint over a Gloo group of its own, so the training loop's collectives
-never meet the writer's.
+A save on the training thread costs what writing the bytes into the page cache costs: files are
+checksummed beside the write and fsynced afterwards on a thread (Durability), while the previous
+checkpoint is kept until they are. Asynchronous saves stage the tensors to CPU memory at the step
+boundary, then a thread writes them, fsyncs them and finishes the checkpoint over a Gloo group of
+its own, so the training loop's collectives never meet the writer's.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import pickle
 import threading
 import warnings
@@ -92,14 +95,66 @@ class Snapshot:
     keep_last: int
 
 
-def write(snap: Snapshot, group: dist.ProcessGroup | None = None, background: bool = False) -> Path:
+class Durability:
+    """A published checkpoint's files, fsynced on a thread after the training thread has gone on.
+
+    A save on the training thread writes its files into the page cache only, checksummed, and
+    publishes them; this rank's files (held open, so a rename or another node's view of the folder
+    does not matter) and, on rank 0, the marker and the folders are fsynced here. Until every rank
+    has joined its Durability, the checkpoint before it is kept (see `write`): a crash meanwhile
+    leaves the new one failing its checksums, skipped by resume=auto, and the previous one whole."""
+
+    def __init__(self) -> None:
+        self._fds: list[int] = []
+        self._paths: list[Path] = []
+        self._thread: threading.Thread | None = None
+        self._error: OSError | None = None
+
+    def hold(self, path: Path) -> None:
+        self._fds.append(os.open(path, os.O_RDONLY))
+
+    def after_rename(self, *paths: Path) -> None:
+        self._paths.extend(paths)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._sync, name="torchslurm-fsync", daemon=True)
+        self._thread.start()
+
+    def _sync(self) -> None:
+        try:
+            for fd in self._fds:
+                os.fsync(fd)
+            for path in self._paths:
+                checkpoint.fsync(path)
+        except OSError as exc:  # reported on the training thread by join()
+            self._error = exc
+        finally:
+            for fd in self._fds:
+                os.close(fd)
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise CheckpointError(f"a checkpoint could not be written to disk: {self._error}.",
+                                  "check free space and the health of run_dir's file system; the previous "
+                                  "checkpoint is kept.") from self._error
+
+
+def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durability | None = None) -> Path:
     """Write `snap` on every rank of `group` and publish the checkpoint once all agree; returns its folder.
 
     All ranks call it. Rank 0 clears leftovers of interrupted saves and creates the staging folder;
-    each rank writes its shard and rank file, fsyncs them and reports their checksums; rank 0
-    writes COMPLETE with all of them and renames the folder; a last barrier keeps every rank from
-    starting the next save before this one is in place. Each file is hashed while written; a save
-    on the training thread (not `background`) leaves out torch.save's redundant crc32s."""
+    each rank writes its shard and rank file and reports their checksums; rank 0 writes COMPLETE
+    with all of them and renames the folder; a last barrier keeps every rank from starting the next
+    save before this one is in place.
+
+    Without `later` every file is fsynced before COMPLETE is written, and all but `keep_last`
+    checkpoints are deleted. With `later` (a save that holds up training) nothing is fsynced here:
+    `later` does it once started (after the last barrier), and the caller joins it before the
+    next save. Each rank joins its own before this function's first barrier, so by the time rank 0
+    prunes, the checkpoint before this one is on disk everywhere: it keeps that one and `keep_last`
+    in all, not counting this one. Such a save also leaves out torch.save's redundant crc32s."""
     rank = dist.get_rank() if _distributed() else 0
     final = checkpoint.step_dir(snap.root, snap.step)
     staging = snap.root / f".staging-{snap.step:09d}"
@@ -107,9 +162,12 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None, background: bo
         checkpoint.remove_leftovers(snap.root)
         (staging / SHARDS).mkdir(parents=True)
     _barrier(group)
-    with ThreadPoolExecutor(1, thread_name_prefix="torchslurm-sha256") as pool, \
-            nullcontext() if background else hashed.without_record_crc32():
-        mine = _write_files(snap, staging, rank, group, pool)
+    with ThreadPoolExecutor(1, thread_name_prefix="torchslurm-checksum") as pool, \
+            nullcontext() if later is None else hashed.without_record_crc32():
+        mine = _write_files(snap, staging, rank, group, pool, sync=later is None)
+    if later is not None:
+        for name in mine:
+            later.hold(staging / name)
     everyone: list[Any] = [mine]
     if _distributed():
         everyone = [None] * dist.get_world_size(group)
@@ -118,25 +176,35 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None, background: bo
         files = {name: digest for part in everyone for name, digest in part.items()}
         marker = {"step": snap.step, "format": FORMAT, "files": dict(sorted(files.items()))}
         (staging / checkpoint.MARKER).write_text(json.dumps(marker) + "\n")
-        checkpoint.fsync(staging / SHARDS)
-        checkpoint.publish(staging, final, snap.keep_last)
+        if later is None:
+            checkpoint.fsync(staging / SHARDS)
+            checkpoint.publish(staging, final, snap.keep_last)
+        else:
+            checkpoint.publish(staging, final, snap.keep_last + 1, durable=False)
+            later.after_rename(final / checkpoint.MARKER, final / SHARDS, final, snap.root)
     _barrier(group)
+    if later is not None:
+        later.start()
     return final
 
 
 def _write_files(snap: Snapshot, staging: Path, rank: int, group: dist.ProcessGroup | None,
-                 pool: ThreadPoolExecutor) -> dict[str, str]:
-    """This rank's files of the checkpoint, each hashed while written and fsynced once (DCP fsyncs
-    its own, sync_files); -> file (relative to `staging`) -> sha256."""
+                 pool: ThreadPoolExecutor, sync: bool) -> dict[str, str]:
+    """This rank's files of the checkpoint, each checksummed while written and, if `sync`, fsynced
+    (DCP fsyncs its own, sync_files); -> file (relative to `staging`) -> checksum."""
     fs = hashed.HashingFileSystem(pool)
-    writer = FileSystemWriter(staging / SHARDS, sync_files=True)
+    writer = FileSystemWriter(staging / SHARDS, sync_files=sync)
     writer.fs = fs
     with _quiet_without_group():
         dcp_save(snap.tensors, storage_writer=writer, process_group=group, no_dist=not _distributed())
     mine = {f"{SHARDS}/{name}": digest for name, digest in fs.digests.items()}
-    mine[rank_file(rank)] = hashed.save(snap.rank_state, staging / rank_file(rank), pool)
+    own = {rank_file(rank): snap.rank_state}
     if snap.trainer_state is not None:
-        mine[checkpoint.STATE_FILE] = hashed.save(snap.trainer_state, staging / checkpoint.STATE_FILE, pool)
+        own[checkpoint.STATE_FILE] = snap.trainer_state
+    for name, state in own.items():
+        mine[name] = hashed.save(state, staging / name, pool)
+        if sync:
+            checkpoint.fsync(staging / name)
     return mine
 
 
@@ -154,19 +222,29 @@ def _barrier(group: dist.ProcessGroup | None) -> None:
         dist.barrier(group=group)
 
 
-class AsyncWriter:
-    """At most one checkpoint written in the background, on a Gloo group of its own.
+class Writer:
+    """Every checkpoint of a run: written now, on the training thread, or in the background, at most
+    one at a time.
 
-    `stage()` copies the tensors for it, `start()` waits for the save in flight (if any), then
-    starts this one; `wait()` returns once it is published and re-raises its error here, on the
-    training thread."""
+    `save(snap)` writes it now and leaves only the fsyncs to a thread (`Durability`);
+    `stage()` copies tensors for a background save and `start(snap)` begins one, on a Gloo group of
+    its own, durable before it is published. `wait()` returns once the last save is complete and
+    on disk, and re-raises a background error on the training thread; `finish()` is the end of a
+    run on every rank: wait, then the older checkpoints beyond keep_last go."""
 
     def __init__(self) -> None:
         self._group: dist.ProcessGroup | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._durability: Durability | None = None
         self._buffers: dict[str, torch.Tensor] = {}
         self.last: Path | None = None
+
+    def save(self, snap: Snapshot) -> Path:
+        self.wait()
+        self._durability = Durability()
+        self.last = write(snap, later=self._durability)
+        return self.last
 
     def stage(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`stage(tensors)`, copying CPU tensors into buffers kept from save to save: a fresh copy
@@ -202,7 +280,7 @@ class AsyncWriter:
 
     def _run(self, snap: Snapshot) -> None:
         try:
-            self.last = write(snap, self._group, background=True)
+            self.last = write(snap, self._group)
         except BaseException as exc:  # reported on the training thread by wait()
             self._error = exc
 
@@ -214,12 +292,23 @@ class AsyncWriter:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._durability is not None:
+            durability, self._durability = self._durability, None
+            durability.join()
         if self._error is not None:
             error, self._error = self._error, None
             raise CheckpointError(f"the background checkpoint save failed: {type(error).__name__}: {error}",
                                   "check free space and permissions of run_dir; the previous checkpoint "
                                   "is still complete.") from error
         return self.last
+
+    def finish(self, root: Path, keep_last: int) -> None:
+        """The end of a run, on every rank: the last checkpoint on disk everywhere, then rank 0
+        deletes what `save` had to keep beyond `keep_last` while it was not."""
+        self.wait()
+        _barrier(None)
+        if not _distributed() or dist.get_rank() == 0:
+            checkpoint.prune(root, keep_last)
 
 
 # ---- loading ------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def save(trainer: Trainer) -> Path | None:
         trainer._writer.start(snap)
         path = checkpoint.step_dir(trainer.checkpoint_dir, trainer.global_step)
     else:
-        path = dcp.write(snap)
+        path = trainer._writer.save(snap)
     where = f"epoch {trainer.epoch + 1}, batch {trainer.batches_done}" if trainer.batches_done \
         else f"after epoch {trainer.epoch}"
     if trainer.is_main:

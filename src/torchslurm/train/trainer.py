@@ -123,7 +123,7 @@ class Trainer:
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
         self._last_checkpoint: Path | None = None
         self._saved_step = -1
-        self._writer = dcp.AsyncWriter()
+        self._writer = dcp.Writer()
 
     @property
     def lr_factor(self) -> float:
@@ -145,6 +145,7 @@ class Trainer:
                 self._protect(stack, self._preemption)
             try:
                 result = self._fit()
+                self._writer.finish(self.checkpoint_dir, self.config.keep_last)
             finally:
                 self._writer.wait()  # a preemption stop or the end: the requeued job finds it complete
                 checkpoint.wait_for_deletes()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import torch
 from torch import nn
 
 from torchslurm.errors import CheckpointError, ConfigError
-from torchslurm.train import checkpoint, dcp, fsdp, tasks, text
+from torchslurm.train import checkpoint, checksum, dcp, fsdp, tasks, text
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.metrics import Totals
 from torchslurm.train.models import GPT, Block
@@ -93,13 +95,13 @@ def test_sharded_checkpoint_round_trip_without_a_process_group(tmp_path: Path) -
     assert torch.equal(other.weight, model.weight) and fresh.state_dict()["state"][0]["step"] == 1
     shard = folder / "shards" / "__0_0.distcp"
     shard.write_bytes(shard.read_bytes()[:10])
-    with pytest.raises(CheckpointError, match=r"__0_0.distcp has sha256 .* corrupt or truncated"):
+    with pytest.raises(CheckpointError, match=r"__0_0.distcp has checksum crc32:.* corrupt or truncated"):
         checkpoint.load(folder)
 
 
 def test_checksums_taken_while_writing_are_those_of_the_files_on_disk(tmp_path: Path) -> None:
-    """Large tensors are hashed on a helper thread while written, small writes inline: either way
-    COMPLETE lists every file of the folder with the sha256 of its bytes as read back."""
+    """Large tensors are checksummed on a helper thread while written, small writes inline: either
+    way COMPLETE lists every file of the folder with the CRC-32 of its bytes as read back."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 3))  # a 4 MiB weight: the threaded path
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -111,14 +113,14 @@ def test_checksums_taken_while_writing_are_those_of_the_files_on_disk(tmp_path: 
     files = json.loads((folder / checkpoint.MARKER).read_text())["files"]
     on_disk = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()} - {checkpoint.MARKER}
     assert set(files) == on_disk
-    assert files == {name: checkpoint.sha256(folder / name) for name in on_disk}
+    assert files == {name: checksum.of_file(folder / name, checksum.Crc32()) for name in on_disk}
     assert (folder / "shards" / "__0_0.distcp").stat().st_size > 3 * 4 << 20  # weights and 2 moments
 
 
 def test_background_staging_reuses_its_buffers_and_copies(tmp_path: Path) -> None:
     model = nn.Linear(3, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    writer = dcp.AsyncWriter()
+    writer = dcp.Writer()
     tensors, plain = dcp.split_state(model, optimizer)
     first = writer.stage(tensors)
     with torch.no_grad():
@@ -130,6 +132,75 @@ def test_background_staging_reuses_its_buffers_and_copies(tmp_path: Path) -> Non
     assert second["model.weight"].data_ptr() == first["model.weight"].data_ptr()  # the same memory, refilled
     assert writer.wait() == checkpoint.step_dir(tmp_path, 1)
     assert not torch.equal(dcp.read_model(checkpoint.step_dir(tmp_path, 1))["weight"], model.weight)
+
+
+def _linear_snapshot(root: Path, step: int, keep_last: int) -> tuple[dcp.Snapshot, nn.Linear]:
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    tensors, plain = dcp.split_state(model, optimizer)
+    state = {"format": dcp.FORMAT, "optim_plain": plain}
+    return dcp.Snapshot(root, step, tensors, {"rng": 1}, state, keep_last), model
+
+
+def _steps(root: Path) -> list[int]:
+    return [step for step, _ in checkpoint.complete(root)]
+
+
+def test_a_save_on_the_training_thread_keeps_the_previous_checkpoint_until_the_run_ends(tmp_path: Path) -> None:
+    """keep_last=1: a new checkpoint's files are fsynced after it is published, so the one before it
+    stays until the next save has joined that fsync; finish() then leaves keep_last."""
+    writer = dcp.Writer()
+    for step in (1, 2, 3):
+        writer.save(_linear_snapshot(tmp_path, step, keep_last=1)[0])
+    checkpoint.wait_for_deletes()
+    assert _steps(tmp_path) == [2, 3]
+    writer.finish(tmp_path, keep_last=1)
+    checkpoint.wait_for_deletes()
+    assert _steps(tmp_path) == [3]
+    checkpoint.load(checkpoint.step_dir(tmp_path, 3))  # checksums as recorded
+
+
+def test_the_fsync_thread_syncs_every_file_and_folder_of_the_checkpoint(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    writer = dcp.Writer()
+    folder = writer.save(_linear_snapshot(tmp_path, 4, keep_last=2)[0])
+    writer.wait()
+    files = {str(p) for p in folder.rglob("*")} | {str(folder), str(tmp_path)}
+    assert set(synced) == files  # each once: the shards, rank and state files, COMPLETE, both folders, the root
+    assert len(synced) == len(files)
+
+
+def test_a_failed_fsync_is_an_error_on_the_training_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    writer = dcp.Writer()
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    writer.save(_linear_snapshot(tmp_path, 1, keep_last=2)[0])
+    with pytest.raises(CheckpointError, match=r"could not be written to disk: .*Input/output error.*HINT: check free"):
+        writer.wait()
+
+
+def test_markers_with_sha256_checksums_still_verify(tmp_path: Path) -> None:
+    """Sharded checkpoints written before CRC-32 record sha256 digests: they load, and a corrupt file
+    among them is still found."""
+    folder = dcp.write(_linear_snapshot(tmp_path, 1, keep_last=2)[0])
+    marker_file = folder / checkpoint.MARKER
+    marker = json.loads(marker_file.read_text())
+    marker["files"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in marker["files"]}
+    marker_file.write_text(json.dumps(marker))
+    checkpoint.load(folder)
+    (folder / dcp.rank_file(0)).write_bytes(b"junk")
+    with pytest.raises(CheckpointError, match=r"rank-00000.pt has checksum [0-9a-f]{12}.* corrupt"):
+        checkpoint.load(folder)
 
 
 def test_metadata_reader_refuses_other_objects(tmp_path: Path) -> None:
