@@ -93,6 +93,9 @@ class Snapshot:
     trainer_state: dict[str, Any] | None
     """Rank 0's state.pt; None on the other ranks."""
     keep_last: int
+    publish_after: threading.Event | None = None
+    """Rank 0 publishes the checkpoint only once this is set (the epoch's metrics are logged first:
+    a checkpoint never leads its own epoch's record)."""
 
 
 class Durability:
@@ -173,6 +176,8 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durabil
         everyone = [None] * dist.get_world_size(group)
         dist.all_gather_object(everyone, mine, group=group)
     if rank == 0:
+        if snap.publish_after is not None:
+            snap.publish_after.wait()
         files = {name: digest for part in everyone for name, digest in part.items()}
         marker = {"step": snap.step, "format": FORMAT, "files": dict(sorted(files.items()))}
         (staging / checkpoint.MARKER).write_text(json.dumps(marker) + "\n")
@@ -271,10 +276,17 @@ class Writer:
                                       shape=value.shape, stride=value.stride())
         return kept
 
-    def start(self, snap: Snapshot) -> None:
-        self.wait()
+    def open(self) -> None:
+        """The background saves' Gloo group, made now rather than at the first save (a collective:
+        every rank calls it, and it costs a few ms)."""
         if self._group is None and _distributed():
-            self._group = dist.new_group(backend="gloo")  # a collective: every rank starts its first save
+            self._group = dist.new_group(backend="gloo")
+
+    def start(self, snap: Snapshot) -> None:
+        """Write `snap` in the background: staged tensors, or live ones that nothing changes until
+        `wait()` returns (the Trainer's epoch-end save beside validation)."""
+        self.wait()
+        self.open()
         self._thread = threading.Thread(target=self._run, args=(snap,), name="torchslurm-checkpoint", daemon=True)
         self._thread.start()
 

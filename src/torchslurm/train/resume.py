@@ -7,6 +7,7 @@ Functions of a Trainer, which calls them as its methods `save()` and `_resume()`
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,9 +24,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger("torchslurm.train.trainer")  # the Trainer's own messages, as before
 
 
-def save(trainer: Trainer) -> Path | None:
+def save(trainer: Trainer, beside: threading.Event | None = None) -> Path | None:
     """Trainer.save(): every rank writes its own files (train.dcp), now or, with checkpoint_async,
-    from a CPU copy in the background; the folder on rank 0, None on the others."""
+    from a CPU copy in the background; the folder on rank 0, None on the others.
+
+    `beside`: written in the background from the live tensors while the training thread does
+    something that changes none of them (validation), then waits for it; rank 0 publishes it once
+    `beside` is set."""
     trainer._saved_step = trainer.global_step
     tensors, plain = dcp.split_state(trainer.model, trainer.optimizer)
     state = None
@@ -37,20 +42,28 @@ def save(trainer: Trainer) -> Path | None:
             "world_size": trainer.topo.world_size, "config": trainer.config.to_dict(),
         }
     snap = dcp.Snapshot(trainer.checkpoint_dir, trainer.global_step, tensors,
-                        {"rng": rng_state(), "sums": trainer._sums.tolist()}, state, trainer.config.keep_last)
-    if trainer.config.checkpoint_async:
-        snap.tensors = trainer._writer.stage(tensors)
+                        {"rng": rng_state(), "sums": trainer._sums.tolist()}, state, trainer.config.keep_last,
+                        publish_after=beside)
+    background = trainer.config.checkpoint_async or beside is not None
+    if background:
+        if trainer.config.checkpoint_async:
+            snap.tensors = trainer._writer.stage(tensors)
         trainer._writer.start(snap)
         path = checkpoint.step_dir(trainer.checkpoint_dir, trainer.global_step)
     else:
         path = trainer._writer.save(snap)
+    if beside is None:
+        announce(trainer, path, ", writing in the background" if background else "")
+    return path if trainer.is_main else None
+
+
+def announce(trainer: Trainer, path: Path | None, note: str = "") -> None:
+    """Rank 0's line about the checkpoint just taken (`path`: save()'s answer)."""
     where = f"epoch {trainer.epoch + 1}, batch {trainer.batches_done}" if trainer.batches_done \
         else f"after epoch {trainer.epoch}"
-    if trainer.is_main:
+    if path is not None:
         trainer._last_checkpoint = path
-        logger.info("checkpoint %s (%s, step %d)%s", path, where, trainer.global_step,
-                    ", writing in the background" if trainer.config.checkpoint_async else "")
-    return path if trainer.is_main else None
+        logger.info("checkpoint %s (%s, step %d)%s", path, where, trainer.global_step, note)
 
 
 def choose(trainer: Trainer) -> Path | None:

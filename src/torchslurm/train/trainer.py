@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
@@ -28,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.slurm import run_command_status
 from torchslurm.train import checkpoint, dcp, resume
-from torchslurm.train.checkpoint import seed_everything
+from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.data import ShardSampler, SkipSampler
 from torchslurm.train.events import EventWriter
@@ -163,6 +164,7 @@ class Trainer:
 
     def _fit(self) -> FitResult:
         self._settle_ddp_buckets()
+        self._writer.open()  # before the first step: the epoch-end saves are written beside validation
         if not self._resume():
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
         self._announce()
@@ -181,8 +183,6 @@ class Trainer:
                 return FitResult(True, self.epoch, self.global_step, val, self._last_checkpoint,
                                  self.config.run_dir)
             val = self._finish_epoch(seen, time.perf_counter() - started)
-            if self._checkpoint_due():
-                self.save()
         if val is None:  # resumed a finished run: still report its validation metrics
             val = self.evaluate()
         return FitResult(False, self.epoch, self.global_step, val, self._last_checkpoint, self.config.run_dir)
@@ -297,7 +297,15 @@ class Trainer:
         return totals(all_reduce_sums(self._validation_sums(dataset)))
 
     def _validation_sums(self, dataset: Dataset[Any] | None) -> torch.Tensor:
-        """This rank's sums over its shard of `dataset` (default: the validation data)."""
+        """This rank's sums over its shard of `dataset` (default: the validation data). The random
+        streams are put back as they were: how often a run validates never changes its training."""
+        streams = rng_state()
+        try:
+            return self._validate(dataset)
+        finally:
+            set_rng_state(streams)
+
+    def _validate(self, dataset: Dataset[Any] | None) -> torch.Tensor:
         data = self.val_data if dataset is None else dataset
         sampler = ShardSampler(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
         loader = DataLoader(data, batch_size=self.config.batch_size, sampler=sampler,
@@ -320,15 +328,32 @@ class Trainer:
         return sums
 
     def _finish_epoch(self, seen: int, elapsed_s: float) -> Totals:
-        """Validate, reduce the epoch's sums, log the per-epoch line, write metrics and plot.
-        Validation's and training's sums travel in one all_reduce: the epoch end's only collective."""
-        local_val = self._validation_sums(None)
-        n = local_val.numel()
-        reduced = all_reduce_sums(torch.cat([local_val, self._sums, torch.tensor([float(seen)], dtype=torch.float64,
-                                                                                  device=self.device)]))
-        val, train, seen_all = totals(reduced[:n]), totals(reduced[n:2 * n]), float(reduced[2 * n])
+        """Validate, reduce the epoch's sums, log the per-epoch line, write metrics and plot; the
+        epoch's checkpoint, when one is due, is written meanwhile in the background (validation
+        changes neither model nor optimizer, nor, see _validation_sums, the random streams), so an
+        epoch end costs what validation costs. Validation's and training's sums travel in one
+        all_reduce: the epoch end's only collective on the training thread."""
+        local_train = torch.cat([self._sums, torch.tensor([float(seen)], dtype=torch.float64, device=self.device)])
         self.epoch, self.batches_done = self.epoch + 1, 0
         self._sums.zero_()
+        logged = threading.Event()
+        saving = self._checkpoint_due()
+        path = resume.save(self, beside=logged) if saving else None
+        try:
+            val = self._report_epoch(local_train, elapsed_s)
+        finally:
+            logged.set()
+        if saving:
+            if not self.config.checkpoint_async:
+                self._writer.wait()
+            resume.announce(self, path, ", writing in the background" if self.config.checkpoint_async else "")
+        return val
+
+    def _report_epoch(self, local_train: torch.Tensor, elapsed_s: float) -> Totals:
+        local_val = self._validation_sums(None)
+        n = local_val.numel()
+        reduced = all_reduce_sums(torch.cat([local_val, local_train]))
+        val, train, seen_all = totals(reduced[:n]), totals(reduced[n:2 * n]), float(reduced[2 * n])
         if not self.is_main:
             return val
         rate = seen_all / elapsed_s if elapsed_s > 0 else 0.0  # units (samples, tokens) this run trained
