@@ -1,6 +1,7 @@
 """strategy=fsdp on real local ranks (Gloo): it trains, resumes bitwise mid-epoch, skips a corrupt
-shard, saves in the background, survives kill -9 during a background save, and a checkpoint of 4
-ranks loads on 2 and on 3.
+shard, saves in the background, survives kill -9 during a background save, a checkpoint of 4
+ranks loads on 2 and on 3, and amp=fp16's GradScaler skips a step on every rank when one rank's
+gradient shard holds an inf.
 
 This file is also the rank program: `torchslurm run --nproc N test_fsdp.py MODE OUT` runs
 `worker()` on every rank, which writes its findings as JSON for the test to check.
@@ -139,6 +140,70 @@ def _async_kill_worker(ctx: Any, out: Path) -> dict[str, Any]:
     return {}
 
 
+def _fp16_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    """amp=fp16's GradScaler under FSDP with an inf in rank 1's gradient shard only, through the
+    Trainer's own micro-step and optimizer step (unscaled by step(), or by unscale_ before clipping);
+    then a normal step, a checkpoint of the scaler and its resume; then the fp16 policy's dtypes."""
+    import torch.distributed as dist
+
+    from torchslurm.train.strategy import make_scaler
+
+    mine: dict[str, Any] = {}
+    for clip in (0.0, 1.0):
+        trainer = _trainer(ctx, out / f"clip-{clip}", grad_clip=clip)
+        trainer.scaler = make_scaler("fp16", "cpu")  # the Trainer's is on CUDA: amp=fp16 refuses the CPU
+        batches = iter(trainer._train_loader())
+        mine[f"clip {clip}"] = [_scaled_step(trainer, next(batches), inf=ctx.rank == 1),
+                                _scaled_step(trainer, next(batches), inf=False)]
+    trainer.save()
+    resumed = _trainer(ctx, out / f"clip-{clip}")
+    resumed.scaler = make_scaler("fp16", "cpu")
+    resumed._resume()
+    mine["resumed scale"] = resumed.scaler.get_scale()
+    mine["fp16 policy"] = _fp16_policy_dtypes()
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, mine)
+    return {"ranks": gathered}
+
+
+def _scaled_step(trainer: Any, batch: Any, inf: bool) -> dict[str, Any]:
+    """One micro-step and optimizer step of `trainer`, with an inf in this rank's first gradient shard
+    when `inf`: did the parameters change, and the scale after the step."""
+    import torch
+
+    inputs, targets = batch
+    trainer._micro_step(inputs, targets, 1, True)
+    if inf:
+        grad = next(p.grad.to_local() for p in trainer.model.parameters() if p.grad.to_local().numel())
+        grad.view(-1)[0] = float("inf")
+    before = [p.detach().to_local().clone() for p in trainer.model.parameters()]
+    trainer._optimizer_step()
+    after = [p.detach().to_local() for p in trainer.model.parameters()]
+    return {"changed": not all(torch.equal(a, b) for a, b in zip(before, after, strict=True)),
+            "scale": trainer.scaler.get_scale()}
+
+
+def _fp16_policy_dtypes() -> list[str]:
+    """amp=fp16's FSDP policy: fp16 logits in forward, fp32 DTensor gradient shards (GradScaler refuses
+    fp16 gradients), one scaled step."""
+    import torch
+
+    from torchslurm.train import fsdp, tasks
+    from torchslurm.train.models import GPT
+    from torchslurm.train.strategy import make_scaler
+
+    model = fsdp.shard_model(GPT(block_size=16, dim=32, layers=2, heads=2), amp="fp16")
+    optimizer, scaler = torch.optim.AdamW(model.parameters()), make_scaler("fp16", "cpu")
+    tokens = torch.randint(0, 256, (4, 17), generator=torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.float16):
+        logits = model(tokens[:, :-1])
+    scaler.scale(tasks.token_cross_entropy(logits, tokens[:, 1:])).backward()
+    grads = {f"{type(p.grad).__name__} {p.grad.dtype}" for p in model.parameters()}
+    scaler.step(optimizer)
+    scaler.update()
+    return [str(logits.dtype), *sorted(grads), f"scale {scaler.get_scale()}"]
+
+
 def ctx_barrier() -> None:
     import torch.distributed as dist
 
@@ -150,7 +215,7 @@ def worker() -> None:
 
     mode, out = sys.argv[1], Path(sys.argv[2])
     work = {"resume": _resume_worker, "save4": _save4_worker, "load": _load_worker,
-            "kill": _async_kill_worker}[mode]
+            "kill": _async_kill_worker, "fp16": _fp16_worker}[mode]
     with torchslurm.init() as ctx:
         result = work(ctx, out)
         if ctx.is_main:
@@ -198,6 +263,17 @@ def test_kill_9_during_a_background_save_leaves_the_previous_checkpoint(tmp_path
     found = checkpoint.load_latest(root)
     assert found is not None, "no complete checkpoint before the kill"
     assert found[1]["format"] == 2 and found[1]["global_step"] >= 1
+
+
+def test_fp16_scaler_skips_a_step_on_every_rank_when_one_rank_s_shard_has_an_inf(tmp_path: Path) -> None:
+    ranks = _launch(2, "fp16", tmp_path)["ranks"]
+    for clip in ("clip 0.0", "clip 1.0"):
+        skipped, normal = zip(*(rank[clip] for rank in ranks), strict=True)
+        assert skipped == ({"changed": False, "scale": 2.0 ** 15},) * 2, (clip, skipped)  # halved everywhere
+        assert normal == ({"changed": True, "scale": 2.0 ** 15},) * 2, (clip, normal)
+    assert [rank["resumed scale"] for rank in ranks] == [2.0 ** 15] * 2
+    assert ranks[0]["fp16 policy"] == ranks[1]["fp16 policy"] == [
+        "torch.float16", "DTensor torch.float32", "scale 65536.0"]
 
 
 if __name__ == "__main__":

@@ -84,10 +84,6 @@ class TrainConfig:
             _choice("lr_scaling", self.lr_scaling, LR_SCALINGS),
             _choice("amp", self.amp, AMP_MODES),
             _choice("strategy", self.strategy, STRATEGIES),
-            ConfigError("amp=fp16 with strategy=fsdp: FSDP's mixed precision casts parameters to bf16 and needs "
-                        "no GradScaler; fp16 with a GradScaler is supported with strategy=ddp only.",
-                        "use amp=bf16 with strategy=fsdp, or strategy=ddp.")
-            if self.amp == "fp16" and self.strategy == "fsdp" else None,
             None if self.resume else ConfigError(
                 "resume='' is empty; expected auto, never or a checkpoint directory.",
                 "resume=auto continues from the newest checkpoint in run_dir."),

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, not_one_of
 
 logger = logging.getLogger(__name__)
 
@@ -64,17 +64,18 @@ def units(model: nn.Module, wrap: Sequence[str] = (), min_share: float = MIN_SHA
 
 
 def mixed_precision(amp: str) -> object | None:
-    """FSDP2's policy for the Trainer's `amp`: bf16 parameters in forward/backward; gradients are
-    reduced in fp32 (a bf16 reduce-scatter sums W bf16 values and loses bits that the fp32 shard
-    of the optimizer would keep)."""
+    """FSDP2's policy for the Trainer's `amp`: bf16 or fp16 parameters in forward/backward; gradients
+    are reduced in fp32 (a bf16 or fp16 reduce-scatter sums W values and loses bits, in fp16 also range,
+    that the fp32 shard of the optimizer would keep). The gradient shards stay fp32, the parameters'
+    own dtype, which is what amp=fp16's GradScaler unscales (it refuses fp16 gradients)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     if amp == "off":
         return None
-    if amp != "bf16":
-        raise ConfigError(f"amp={amp} with strategy=fsdp: only bf16 has an FSDP policy.",
-                          "use amp=bf16 or amp=off.")
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    if amp not in dtypes:
+        raise not_one_of("amp", amp, ("off", *dtypes))
+    return MixedPrecisionPolicy(param_dtype=dtypes[amp], reduce_dtype=torch.float32)
 
 
 def shard_model(model: nn.Module, *, wrap: Sequence[str] = (), amp: str = "off",

@@ -68,6 +68,17 @@ class Strategy:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
 
+def make_scaler(amp: str, device_type: str) -> torch.amp.GradScaler:
+    """amp=fp16's loss scaler, its scale on `device_type` (disabled, a pass-through, for off and bf16).
+
+    The same scaler serves every strategy. Under FSDP2 each rank holds a DTensor shard of every
+    gradient, so an inf or nan may sit in one rank's shard only; torch's DTensor rule for the
+    unscale kernel (`_amp_foreach_non_finite_check_and_unscale_`) all-reduces found_inf with MAX
+    over the gradients' device mesh, so all ranks skip the same steps and update the scale alike
+    (tests/multiproc/test_fsdp.py puts an inf in one rank's shard)."""
+    return torch.amp.GradScaler(device_type, enabled=amp == "fp16")
+
+
 @contextmanager
 def _no_gradient_sync(model: nn.Module) -> Iterator[None]:
     """FSDP2's no_sync: gradients stay unsharded and local until a backward with sync on."""

@@ -37,7 +37,7 @@ from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduc
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import run_dir_problem
 from torchslurm.train.requeue import Runner, requeues_after_failure
-from torchslurm.train.strategy import Strategy
+from torchslurm.train.strategy import Strategy, make_scaler
 from torchslurm.train.tasks import Task, classification
 from torchslurm.train.topology import topology
 from torchslurm.train.watchdog import Watchdog
@@ -109,7 +109,7 @@ class Trainer:
         for group in optimizer.param_groups:
             group["lr"] = config.lr * self.lr_factor
         self.scheduler = scheduler(optimizer) if scheduler else None
-        self.scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
+        self.scaler = make_scaler(config.amp, self.device.type)
         self._ctx = ctx
         self._preemption: Preemption | None = None
         if should_stop is None:

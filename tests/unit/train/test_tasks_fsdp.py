@@ -18,6 +18,7 @@ from torchslurm.train import checkpoint, checksum, dcp, fsdp, tasks, text
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.metrics import Totals
 from torchslurm.train.models import GPT, Block
+from torchslurm.train.strategy import make_scaler
 
 
 def test_units_by_share_look_into_module_lists() -> None:
@@ -34,11 +35,17 @@ def test_units_by_class_name_and_an_unknown_name() -> None:
         fsdp.units(model, ["Blok"])
 
 
-def test_fp16_with_fsdp_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"amp=fp16 with strategy=fsdp.*HINT: use amp=bf16"):
-        TrainConfig(amp="fp16", strategy="fsdp")
+def test_fp16_with_fsdp_casts_parameters_to_fp16_and_reduces_in_fp32() -> None:
+    assert TrainConfig(amp="fp16", strategy="fsdp").amp == "fp16"
     with pytest.raises(ConfigError, match="strategy='zero'"):
         TrainConfig(strategy="zero")
+    policies = [fsdp.mixed_precision(amp) for amp in ("bf16", "fp16")]
+    assert [(p.param_dtype, p.reduce_dtype) for p in policies] == [  # type: ignore[attr-defined]
+        (torch.bfloat16, torch.float32), (torch.float16, torch.float32)]
+    assert fsdp.mixed_precision("off") is None
+    with pytest.raises(ConfigError, match=r"amp='fp8' is not one of off, bf16, fp16\. HINT"):
+        fsdp.mixed_precision("fp8")
+    assert make_scaler("fp16", "cpu").is_enabled() and not make_scaler("bf16", "cpu").is_enabled()
 
 
 def test_rebind_optimizer_points_at_new_parameters() -> None:
