@@ -90,9 +90,11 @@ def publish(staging: Path, final: Path, keep_last: int, durable: bool = True) ->
     logger.debug("checkpoint saved: %s", final)
 
 
-def remove_leftovers(root: Path) -> None:
-    """Staging folders of writers that died mid-save (kill -9, node loss): never complete, never read."""
-    for leftover in [*root.glob(".staging-*"), *root.glob(".trash-*")] if root.is_dir() else []:
+def remove_leftovers(root: Path, keep: str | None = None) -> None:
+    """Staging folders of writers that died mid-save (kill -9, node loss): never complete, never
+    read. Those whose names end in `keep` belong to saves in progress and stay."""
+    found = [*root.glob(".staging-*"), *root.glob(".trash-*")] if root.is_dir() else []
+    for leftover in [path for path in found if keep is None or not path.name.endswith(keep)]:
         logger.debug("removing %s, left by an interrupted save", leftover)
         shutil.rmtree(leftover, ignore_errors=True)
 

@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -144,27 +145,32 @@ class Durability:
                                   "checkpoint is kept.") from self._error
 
 
-def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durability | None = None) -> Path:
-    """Write `snap` on every rank of `group` and publish the checkpoint once all agree; returns its folder.
+def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durability | None = None,
+          attempt: str | None = None) -> Path:
+    """Write `snap` on every rank of `group` and publish the checkpoint once all agree; returns its folder
+    (published on return on rank 0; on the others once rank 0 is done, which the next save or
+    `Writer.finish` waits for).
 
-    All ranks call it. Rank 0 clears leftovers of interrupted saves and creates the staging folder;
-    each rank writes its shard and rank file and reports their checksums; rank 0 writes COMPLETE
-    with all of them and renames the folder; a last barrier keeps every rank from starting the next
-    save before this one is in place.
+    All ranks call it. Each writes its files into `.staging-<step>-<attempt>` (`attempt` names this
+    run's saves, the same on every rank: see `agree_attempt`) and reports their checksums; rank 0
+    clears what interrupted saves of other attempts left, writes COMPLETE with every checksum and
+    renames the folder. Replicated tensors (DDP, one process) are written by rank 0 alone, without
+    DCP's planning collectives; sharded ones (FSDP's DTensors) by every rank its own shard. One
+    all_gather of the checksums is then the only collective of a replicated save.
 
     Without `later` every file is fsynced before COMPLETE is written, and all but `keep_last`
     checkpoints are deleted. With `later` (a save that holds up training) nothing is fsynced here:
-    `later` does it once started (after the last barrier), and the caller joins it before the
-    next save. Each rank joins its own before this function's first barrier, so by the time rank 0
-    prunes, the checkpoint before this one is on disk everywhere: it keeps that one and `keep_last`
-    in all, not counting this one. Such a save also leaves out torch.save's redundant crc32s."""
+    `later` does it once started, and the caller joins it before its next save. Each rank joins its
+    own before it sends its checksums, so by the time rank 0 prunes, the checkpoint before this one
+    is on disk everywhere: it keeps that one and `keep_last` in all, not counting this one. Such a
+    save also leaves out torch.save's redundant crc32s."""
     rank = dist.get_rank() if _distributed() else 0
+    attempt = agree_attempt(group) if attempt is None else attempt
     final = checkpoint.step_dir(snap.root, snap.step)
-    staging = snap.root / f".staging-{snap.step:09d}"
+    staging = snap.root / f".staging-{snap.step:09d}-{attempt}"
     if rank == 0:
-        checkpoint.remove_leftovers(snap.root)
-        (staging / SHARDS).mkdir(parents=True)
-    _barrier(group)
+        checkpoint.remove_leftovers(snap.root, keep=f"-{attempt}")
+    (staging / SHARDS).mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(1, thread_name_prefix="torchslurm-checksum") as pool, \
             nullcontext() if later is None else hashed.without_record_crc32():
         mine = _write_files(snap, staging, rank, group, pool, sync=later is None)
@@ -187,22 +193,35 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durabil
         else:
             checkpoint.publish(staging, final, snap.keep_last + 1, durable=False)
             later.after_rename(final / checkpoint.MARKER, final / SHARDS, final, snap.root)
-    _barrier(group)
     if later is not None:
         later.start()
     return final
+
+
+def agree_attempt(group: dist.ProcessGroup | None = None) -> str:
+    """A name for this run's saves, the same on every rank (rank 0's process id and start time):
+    staging folders of other attempts are leftovers, this one's never are (a collective)."""
+    mine = [f"{os.getpid():x}{time.time_ns() // 1_000_000:x}"]
+    if _distributed():
+        dist.broadcast_object_list(mine, src=0, group=group)
+    return str(mine[0])
 
 
 def _write_files(snap: Snapshot, staging: Path, rank: int, group: dist.ProcessGroup | None,
                  pool: ThreadPoolExecutor, sync: bool) -> dict[str, str]:
     """This rank's files of the checkpoint, each checksummed while written and, if `sync`, fsynced
     (DCP fsyncs its own, sync_files); -> file (relative to `staging`) -> checksum."""
-    fs = hashed.HashingFileSystem(pool)
-    writer = FileSystemWriter(staging / SHARDS, sync_files=sync)
-    writer.fs = fs
-    with _quiet_without_group():
-        dcp_save(snap.tensors, storage_writer=writer, process_group=group, no_dist=not _distributed())
-    mine = {f"{SHARDS}/{name}": digest for name, digest in fs.digests.items()}
+    from torch.distributed.tensor import DTensor
+
+    mine = {}
+    sharded = any(isinstance(value, DTensor) for value in snap.tensors.values())
+    if sharded or rank == 0:
+        fs = hashed.HashingFileSystem(pool)
+        writer = FileSystemWriter(staging / SHARDS, sync_files=sync)
+        writer.fs = fs
+        with _quiet_alone():
+            dcp_save(snap.tensors, storage_writer=writer, process_group=group, no_dist=not (sharded and _distributed()))
+        mine = {f"{SHARDS}/{name}": digest for name, digest in fs.digests.items()}
     own = {rank_file(rank): snap.rank_state}
     if snap.trainer_state is not None:
         own[checkpoint.STATE_FILE] = snap.trainer_state
@@ -214,11 +233,10 @@ def _write_files(snap: Snapshot, staging: Path, rank: int, group: dist.ProcessGr
 
 
 @contextmanager
-def _quiet_without_group() -> Iterator[None]:
-    """DCP warns that it assumes one process when there is no process group: here that is meant."""
+def _quiet_alone() -> Iterator[None]:
+    """DCP warns that it assumes one process when told to work alone (no_dist): here that is meant."""
     with warnings.catch_warnings():
-        if not _distributed():
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         yield
 
 
@@ -243,13 +261,19 @@ class Writer:
         self._error: BaseException | None = None
         self._durability: Durability | None = None
         self._buffers: dict[str, torch.Tensor] = {}
+        self._attempt: str | None = None
         self.last: Path | None = None
 
     def save(self, snap: Snapshot) -> Path:
         self.wait()
         self._durability = Durability()
-        self.last = write(snap, later=self._durability)
+        self.last = write(snap, later=self._durability, attempt=self.attempt())
         return self.last
+
+    def attempt(self) -> str:
+        if self._attempt is None:
+            self._attempt = agree_attempt()  # a collective, once: every rank's first save or open()
+        return self._attempt
 
     def stage(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`stage(tensors)`, copying CPU tensors into buffers kept from save to save: a fresh copy
@@ -277,10 +301,12 @@ class Writer:
         return kept
 
     def open(self) -> None:
-        """The background saves' Gloo group, made now rather than at the first save (a collective:
-        every rank calls it, and it costs a few ms)."""
+        """What saves need, made now rather than in the first save (collectives: every rank calls
+        it, and they cost a few ms): the attempt's name and the background saves' Gloo group."""
+        self.attempt()
         if self._group is None and _distributed():
             self._group = dist.new_group(backend="gloo")
+            dist.barrier(group=self._group)  # its connections made now, not in the first save
 
     def start(self, snap: Snapshot) -> None:
         """Write `snap` in the background: staged tensors, or live ones that nothing changes until
@@ -292,7 +318,7 @@ class Writer:
 
     def _run(self, snap: Snapshot) -> None:
         try:
-            self.last = write(snap, self._group)
+            self.last = write(snap, self._group, attempt=self._attempt)
         except BaseException as exc:  # reported on the training thread by wait()
             self._error = exc
 
@@ -368,7 +394,7 @@ def load_into(folder: Path, state: Mapping[str, Any], model: nn.Module, optimize
     """Model and optimizer from `folder`'s shards (and `state`, its state.pt), resharded to however
     they are spread now. Every rank calls it."""
     tensors, _ = split_state(model, optimizer)  # targets shaped as now (optimizer state initialised)
-    with _quiet_without_group():
+    with _quiet_alone():
         dcp_load(tensors, storage_reader=SafeReader(folder / SHARDS), no_dist=not _distributed())
     values = {**tensors, **state["optim_plain"]}
     model_sd = {k.removeprefix("model."): v for k, v in values.items() if k.startswith("model.")}
