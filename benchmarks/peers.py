@@ -18,11 +18,14 @@ the end of the run; two figures per framework, the median over rounds:
                  cost once epoch ends (validation, metrics, logging, checkpoints) are included
 
 plus the ratios to (a) (median of the per-round ratios), the mean epoch-end cost (beyond a steady
-step) and the start-up to the first step. Workloads: conv (SimpleConvNet on 1×28×28 synthetic
-images: compute-bound) and mlp (10→50→10: overhead-bound); synthetic in-memory data from the seed.
+step) and the start-up to the first step. The torchslurm Trainer always ends with a checkpoint;
+`--final-checkpoint` has every other framework write one too, its own way (rank 0 torch.save,
+fabric.save, trainer.save_checkpoint, accelerator.save_state), so that all do the same work.
+Workloads: conv (SimpleConvNet on 1×28×28 synthetic images: compute-bound) and mlp (10→50→10:
+overhead-bound); synthetic in-memory data from the seed.
 Writes a JSON file and a bar chart (PNG) and prints a table. A benchmark: it reports, asserts nothing.
 
-    python benchmarks/peers.py [--rounds 5] [--epochs 4] [--steps 50] [--batch-size 64]
+    python benchmarks/peers.py [--rounds 5] [--epochs 4] [--steps 50] [--batch-size 64] [--final-checkpoint]
         [--workloads conv mlp] [--frameworks seed torchslurm fabric lightning accelerate] [--out runs/bench/peers]
 """
 
@@ -113,7 +116,7 @@ def run_worker(framework: str, workload: str, args: argparse.Namespace, scratch:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
                str(WORKERS / "worker.py"), framework, "--workload", workload, "--epochs", str(args.epochs),
                "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--seed", str(args.seed),
-               "--out", str(out), "--scratch", str(scratch)]
+               "--out", str(out), "--scratch", str(scratch), *(["--final-checkpoint"] if args.final_checkpoint else [])]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, cwd=scratch)
     except subprocess.TimeoutExpired as exc:
@@ -189,7 +192,9 @@ def summarise(runs: dict[str, dict[str, list[Figures]]]) -> dict[str, dict[str, 
 def print_table(summary: dict[str, dict[str, dict[str, float]]], args: argparse.Namespace,
                 host: dict[str, Any], on: dict[str, list[str]], skipped: dict[str, str]) -> None:
     print(f"\npeers: {NPROC} Gloo ranks on CPU under torchrun, batch {args.batch_size}/rank, {args.epochs} epochs × "
-          f"{args.steps} steps (validation after each), seed {args.seed}, {args.rounds} round(s); medians over rounds")
+          f"{args.steps} steps (validation after each), seed {args.seed}, {args.rounds} round(s); medians over rounds; "
+          + ("every framework writes a final checkpoint" if args.final_checkpoint
+             else "only the torchslurm Trainer writes a final checkpoint"))
     print(f"machine: {host['cpu']}, {host['cores']} cores ({host['usable_cores']} usable), torch {host['torch']}, "
           f"lightning {host['lightning']}, accelerate {host['accelerate']}, python {host['python']}, {host['date']}")
     for workload, rows in summary.items():
@@ -245,6 +250,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="default: all; those not installed are skipped with a note")
     parser.add_argument("--out", type=Path, default=Path("runs/bench/peers"),
                         help="writes OUT.json and OUT.png (default runs/bench/peers)")
+    parser.add_argument("--final-checkpoint", action="store_true",
+                        help="every framework writes one resumable checkpoint after the last epoch, its own way "
+                             "(the torchslurm Trainer always does)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one run may take (default 600)")
     parser.add_argument("--tail", type=int, default=40, help="lines of a failed run's output to show (default 40)")
     args = parser.parse_args(argv)

@@ -46,6 +46,12 @@ class Spec:
     """Rank 0 writes its record here (JSON)."""
     scratch: Path
     """A fresh directory all ranks of this run share (run_dir, logs)."""
+    final_checkpoint: bool = False
+    """Write one resumable checkpoint (model and optimizer) after the last epoch, the framework's way."""
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.scratch / "final-checkpoint"
 
 
 def parse_spec(argv: Sequence[str] | None = None) -> Spec:
@@ -58,9 +64,10 @@ def parse_spec(argv: Sequence[str] | None = None) -> Spec:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--scratch", type=Path, required=True)
+    parser.add_argument("--final-checkpoint", action="store_true")
     args = parser.parse_args(argv)
     return Spec(args.framework, args.workload, args.epochs, args.steps, args.batch_size, args.seed, args.out,
-                args.scratch)
+                args.scratch, args.final_checkpoint)
 
 
 class ConvNet(nn.Module):
@@ -131,6 +138,11 @@ class Outcome:
     """What this variant does besides the bare step: metrics, validation, logging, checkpoints."""
 
 
+def checkpoint_note(spec: Spec, how: str) -> tuple[str, ...]:
+    """The `on` entry for the final checkpoint: how this framework writes it, or that it writes none."""
+    return (f"final checkpoint: {how}",) if spec.final_checkpoint else ("no checkpoints",)
+
+
 def write_record(spec: Spec, clock: StepClock, outcome: Outcome) -> None:
     """Rank 0 writes the run's stamps and facts as JSON (other ranks write nothing)."""
     if outcome.rank != 0:
@@ -140,5 +152,6 @@ def write_record(spec: Spec, clock: StepClock, outcome: Outcome) -> None:
         "batch_size": spec.batch_size, "seed": spec.seed, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "threads": torch.get_num_threads(), "process_start": clock.process_start, "step_stamps": clock.steps,
         "end": clock.end, "val_accuracy": outcome.val_accuracy, "on": list(outcome.on),
+        "final_checkpoint": spec.final_checkpoint,
     }
     spec.out.write_text(json.dumps(record))

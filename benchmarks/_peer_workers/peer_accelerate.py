@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from common import LR, MOMENTUM, Outcome, Spec, StepClock, make_data, make_model
+from common import LR, MOMENTUM, Outcome, Spec, StepClock, checkpoint_note, make_data, make_model
 
 ON = ("per-batch loss.item() and correct count", "train metrics: 1 accelerator.reduce per epoch",
       "validation every epoch (gather_for_metrics per batch)", "accelerator.print epoch line",
-      "no checkpoints, no trackers")
+      "no trackers")
 
 
 def train(spec: Spec, clock: StepClock) -> Outcome:
@@ -52,5 +52,7 @@ def train(spec: Spec, clock: StepClock) -> Outcome:
         accuracy = val_correct / val_seen
         accelerator.print(f"Epoch {epoch + 1} - Avg Loss: {val_loss / val_seen:.6f}, Accuracy: {100 * accuracy:.2f}% "
                           f"(train loss {sums[0] / sums[2]:.6f})")
+    if spec.final_checkpoint:
+        accelerator.save_state(spec.checkpoint_path)
     clock.finish()  # no trackers, so no end_training(); worker.py destroys the process group
-    return Outcome(accelerator.process_index, accuracy, ON)
+    return Outcome(accelerator.process_index, accuracy, ON + checkpoint_note(spec, "accelerator.save_state"))

@@ -7,11 +7,11 @@ import os
 
 import torch
 import torch.nn.functional as F
-from common import LR, MOMENTUM, Outcome, Spec, StepClock, make_data, make_model
+from common import LR, MOMENTUM, Outcome, Spec, StepClock, checkpoint_note, make_data, make_model
 from lightning.fabric import Fabric
 
 ON = ("per-batch loss.item() and correct count", "train metrics: 1 fabric.all_reduce per epoch",
-      "validation every epoch (1 fabric.all_reduce)", "fabric.print epoch line", "no checkpoints, no loggers")
+      "validation every epoch (1 fabric.all_reduce)", "fabric.print epoch line", "no loggers")
 
 
 def train(spec: Spec, clock: StepClock) -> Outcome:
@@ -53,5 +53,7 @@ def train(spec: Spec, clock: StepClock) -> Outcome:
         val = fabric.all_reduce(val, reduce_op="sum")
         fabric.print(f"Epoch {epoch + 1} - Avg Loss: {val[0] / val[2]:.6f}, Accuracy: {100 * val[1] / val[2]:.2f}% "
                      f"(train loss {sums[0] / sums[2]:.6f})")
+    if spec.final_checkpoint:
+        fabric.save(spec.checkpoint_path, {"model": model, "optimizer": optimizer, "epoch": spec.epochs})
     clock.finish()
-    return Outcome(fabric.global_rank, float(val[1] / val[2]), ON)
+    return Outcome(fabric.global_rank, float(val[1] / val[2]), ON + checkpoint_note(spec, "fabric.save"))

@@ -9,12 +9,12 @@ import os
 import lightning as L
 import torch
 import torch.nn.functional as F
-from common import LR, MOMENTUM, Outcome, Spec, StepClock, make_data, make_model
+from common import LR, MOMENTUM, Outcome, Spec, StepClock, checkpoint_note, make_data, make_model
 from torch import nn
 
 ON = ("self.log of train loss and accuracy (on_epoch, sync_dist)", "validation every epoch (self.log, sync_dist)",
-      "2 sanity validation steps before training (default)", "logger, checkpointing, progress bar, "
-      "model summary off")
+      "2 sanity validation steps before training (default)", "logger, per-epoch checkpoints (ModelCheckpoint), "
+      "progress bar, model summary off")
 
 
 class Classifier(L.LightningModule):
@@ -58,5 +58,8 @@ def train(spec: Spec, clock: StepClock) -> Outcome:
                         enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, torch.utils.data.DataLoader(train_set, batch_size=spec.batch_size, shuffle=True),
                 torch.utils.data.DataLoader(val_set, batch_size=spec.batch_size))
+    if spec.final_checkpoint:
+        trainer.save_checkpoint(spec.checkpoint_path)
     clock.finish()
-    return Outcome(trainer.global_rank, float(trainer.callback_metrics["val_acc"]), ON)
+    return Outcome(trainer.global_rank, float(trainer.callback_metrics["val_acc"]),
+                   ON + checkpoint_note(spec, "trainer.save_checkpoint after fit"))

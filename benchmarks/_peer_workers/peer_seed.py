@@ -6,13 +6,13 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from common import LR, MOMENTUM, Outcome, Spec, StepClock, make_data, make_model
+from common import LR, MOMENTUM, Outcome, Spec, StepClock, checkpoint_note, make_data, make_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 ON = ("per-batch loss.item() and correct count", "train metrics: 1 all_reduce per epoch",
-      "validation every epoch (1 all_reduce)", "rank-0 epoch line", "no checkpoints")
+      "validation every epoch (1 all_reduce)", "rank-0 epoch line")
 
 
 def evaluate(model: nn.Module, loader: DataLoader[tuple[torch.Tensor, ...]]) -> torch.Tensor:
@@ -61,5 +61,8 @@ def train(spec: Spec, clock: StepClock) -> Outcome:
         if rank == 0:
             print(f"Epoch {epoch + 1} - Avg Loss: {val[0] / val[2]:.6f}, Accuracy: {100 * val[1] / val[2]:.2f}% "
                   f"(train loss {sums[0] / sums[2]:.6f})")
+    if spec.final_checkpoint and rank == 0:  # the seeds' way: rank 0 alone, one torch.save
+        torch.save({"epoch": spec.epochs, "model": model.module.state_dict(), "optimizer": optimizer.state_dict()},
+                   spec.checkpoint_path)
     clock.finish()  # worker.py destroys the process group once this DDP model is gone
-    return Outcome(rank, float(val[1] / val[2]), ON)
+    return Outcome(rank, float(val[1] / val[2]), ON + checkpoint_note(spec, "rank 0 torch.save of model + optimizer"))
