@@ -110,6 +110,34 @@ def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
     }
 
 
+def _beside_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    """Epoch-end checkpoints written beside validation (any size: the threshold at 0) against ones
+    written first on the training thread: the same weights, metrics and resume."""
+    from torchslurm.train import dcp, resume
+
+    first, _ = _fit(ctx, out / "first")
+    resume.OVERLAP_MIN_BYTES = 0
+    started: list[bool] = []
+    start = dcp.Writer.start
+    dcp.Writer.start = lambda self, snap, defer_fsync=False: (started.append(defer_fsync),  # type: ignore[method-assign]
+                                                              start(self, snap, defer_fsync))[1]
+    beside, _ = _fit(ctx, out / "beside")
+    dcp.Writer.start = start  # type: ignore[method-assign]
+    _fit(ctx, out / "resumed", epochs=2)
+    resumed, _ = _fit(ctx, out / "resumed")
+    background, _ = _fit(ctx, out / "async", checkpoint_async=True)
+    weights = first.model.state_dict()
+    return {
+        "beside_equal": _same(weights, beside.model.state_dict()),
+        "beside_metrics_equal": _epoch_metrics(out / "first") == _epoch_metrics(out / "beside"),
+        "beside_resumed_equal": _same(weights, resumed.model.state_dict()),
+        "async_equal": _same(weights, background.model.state_dict()),
+        "beside_started": started,
+        "checkpoints": {name: [p.name for p in sorted((out / name / "checkpoints").iterdir())]
+                        for name in ("first", "beside", "resumed", "async")},
+    }
+
+
 def _metrics_worker(ctx: Any, out: Path) -> dict[str, Any]:
     import torch
 
@@ -133,7 +161,7 @@ def worker() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     mode, out = sys.argv[1], Path(sys.argv[2])
     with torchslurm.init() as ctx:
-        result = {"resume": _resume_worker, "metrics": _metrics_worker}[mode](ctx, out)
+        result = {"resume": _resume_worker, "metrics": _metrics_worker, "beside": _beside_worker}[mode](ctx, out)
         if ctx.is_main:
             (out / "result.json").write_text(json.dumps(result))
 
@@ -159,6 +187,19 @@ def test_resume_fallback_and_determinism_with_two_ranks(tmp_path: Path) -> None:
     board = events.EventAccumulator(str(tmp_path / "full" / "tensorboard"))
     board.Reload()
     assert [e.step for e in board.Scalars("epoch/val_accuracy")] == [23, 46, 69]  # rank 0 wrote each epoch once
+
+
+def test_epoch_checkpoints_written_beside_validation_change_nothing(tmp_path: Path) -> None:
+    r = _launch(2, "beside", tmp_path)
+    assert r["beside_equal"] and r["beside_metrics_equal"], "a checkpoint written beside validation changed training"
+    assert r["beside_resumed_equal"], "resuming from a checkpoint written beside validation must be bitwise"
+    assert r["async_equal"]
+    assert r["beside_started"] == [True, True, True]  # each epoch's save went to the background
+    steps = ["step-000000046", "step-000000069"]  # keep_last=2 of 23, 46, 69
+    assert r["checkpoints"] == {"first": steps, "beside": steps, "resumed": steps, "async": steps}
+    log = r["log"]
+    for epoch, step in ((1, 23), (2, 46), (3, 69)):  # each epoch's line comes before its checkpoint's
+        assert log.index(f"Epoch {epoch} - ") < log.index(f"step-{step:09d} (after epoch {epoch}, step {step})")
 
 
 def test_resume_with_changed_batch_size_restarts_the_epoch(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

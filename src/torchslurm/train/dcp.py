@@ -78,6 +78,14 @@ def split_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dic
     return tensors, plain
 
 
+def local_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    """The bytes of `tensors` this rank holds (a DTensor's local shard)."""
+    from torch.distributed.tensor import DTensor
+
+    local = (v.to_local() if isinstance(v, DTensor) else v for v in tensors.values())
+    return sum(t.numel() * t.element_size() for t in local)
+
+
 def stage(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Copies in CPU memory (DTensors stay DTensors), so training may change the originals."""
     return {k: v.detach().to("cpu") if v.device.type != "cpu" else v.detach().clone() for k, v in tensors.items()}
@@ -308,17 +316,20 @@ class Writer:
             self._group = dist.new_group(backend="gloo")
             dist.barrier(group=self._group)  # its connections made now, not in the first save
 
-    def start(self, snap: Snapshot) -> None:
+    def start(self, snap: Snapshot, defer_fsync: bool = False) -> None:
         """Write `snap` in the background: staged tensors, or live ones that nothing changes until
-        `wait()` returns (the Trainer's epoch-end save beside validation)."""
+        `wait_written()` returns (the Trainer's epoch-end save beside validation, which also defers
+        its fsyncs as `save` does); otherwise it is on disk before it is published."""
         self.wait()
         self.open()
-        self._thread = threading.Thread(target=self._run, args=(snap,), name="torchslurm-checkpoint", daemon=True)
+        self._durability = Durability() if defer_fsync else None
+        self._thread = threading.Thread(target=self._run, args=(snap, self._durability),
+                                        name="torchslurm-checkpoint", daemon=True)
         self._thread.start()
 
-    def _run(self, snap: Snapshot) -> None:
+    def _run(self, snap: Snapshot, later: Durability | None) -> None:
         try:
-            self.last = write(snap, self._group, attempt=self._attempt)
+            self.last = write(snap, self._group, later=later, attempt=self._attempt)
         except BaseException as exc:  # reported on the training thread by wait()
             self._error = exc
 
@@ -327,12 +338,18 @@ class Writer:
         return self._thread is not None and self._thread.is_alive()
 
     def wait(self) -> Path | None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        """Until the last save is published and on disk."""
+        self.wait_written()
         if self._durability is not None:
             durability, self._durability = self._durability, None
             durability.join()
+        return self.last
+
+    def wait_written(self) -> Path | None:
+        """Until a background save is published (its fsyncs may still run)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
             raise CheckpointError(f"the background checkpoint save failed: {type(error).__name__}: {error}",

@@ -24,13 +24,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger("torchslurm.train.trainer")  # the Trainer's own messages, as before
 
 
+OVERLAP_MIN_BYTES = 32 << 20
+"""An epoch-end save of at least this much state (this rank's tensors) is written beside validation;
+a smaller one first, on the training thread: its cost is Python (planning, pickling) that would only
+take turns with validation for the interpreter lock, not I/O that overlaps."""
+
+
 def save(trainer: Trainer, beside: threading.Event | None = None) -> Path | None:
     """Trainer.save(): every rank writes its own files (train.dcp), now or, with checkpoint_async,
     from a CPU copy in the background; the folder on rank 0, None on the others.
 
-    `beside`: written in the background from the live tensors while the training thread does
-    something that changes none of them (validation), then waits for it; rank 0 publishes it once
-    `beside` is set."""
+    `beside` (the epoch end): the training thread goes on with something that changes neither model
+    nor optimizer (validation) and sets `beside` when it is done, then waits with
+    `Writer.wait_written()`. A large state is written meanwhile from the live tensors, published by
+    rank 0 once `beside` is set; a small one is written now. The caller announces it."""
     trainer._saved_step = trainer.global_step
     tensors, plain = dcp.split_state(trainer.model, trainer.optimizer)
     state = None
@@ -41,24 +48,26 @@ def save(trainer: Trainer, beside: threading.Event | None = None) -> Path | None
             "epoch": trainer.epoch, "batches_done": trainer.batches_done, "global_step": trainer.global_step,
             "world_size": trainer.topo.world_size, "config": trainer.config.to_dict(),
         }
+    overlap = beside is not None and dcp.local_bytes(tensors) >= OVERLAP_MIN_BYTES
     snap = dcp.Snapshot(trainer.checkpoint_dir, trainer.global_step, tensors,
                         {"rng": rng_state(), "sums": trainer._sums.tolist()}, state, trainer.config.keep_last,
-                        publish_after=beside)
-    background = trainer.config.checkpoint_async or beside is not None
+                        publish_after=beside if overlap else None)
+    background = trainer.config.checkpoint_async
     if background:
-        if trainer.config.checkpoint_async:
-            snap.tensors = trainer._writer.stage(tensors)
+        snap.tensors = trainer._writer.stage(tensors)
         trainer._writer.start(snap)
-        path = checkpoint.step_dir(trainer.checkpoint_dir, trainer.global_step)
+    elif overlap:
+        trainer._writer.start(snap, defer_fsync=True)
     else:
-        path = trainer._writer.save(snap)
+        trainer._writer.save(snap)
+    path = checkpoint.step_dir(trainer.checkpoint_dir, trainer.global_step)
     if beside is None:
         announce(trainer, path, ", writing in the background" if background else "")
     return path if trainer.is_main else None
 
 
 def announce(trainer: Trainer, path: Path | None, note: str = "") -> None:
-    """Rank 0's line about the checkpoint just taken (`path`: save()'s answer)."""
+    """Rank 0's line about the checkpoint just taken (`path`: save()'s answer, None on other ranks)."""
     where = f"epoch {trainer.epoch + 1}, batch {trainer.batches_done}" if trainer.batches_done \
         else f"after epoch {trainer.epoch}"
     if path is not None:

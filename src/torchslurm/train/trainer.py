@@ -331,8 +331,9 @@ class Trainer:
         """Validate, reduce the epoch's sums, log the per-epoch line, write metrics and plot; the
         epoch's checkpoint, when one is due, is written meanwhile in the background (validation
         changes neither model nor optimizer, nor, see _validation_sums, the random streams), so an
-        epoch end costs what validation costs. Validation's and training's sums travel in one
-        all_reduce: the epoch end's only collective on the training thread."""
+        epoch end costs what validation costs (a small state is written first: resume.save).
+        Validation's and training's sums travel in one all_reduce: the epoch end's only collective
+        on the training thread."""
         local_train = torch.cat([self._sums, torch.tensor([float(seen)], dtype=torch.float64, device=self.device)])
         self.epoch, self.batches_done = self.epoch + 1, 0
         self._sums.zero_()
@@ -345,7 +346,7 @@ class Trainer:
             logged.set()
         if saving:
             if not self.config.checkpoint_async:
-                self._writer.wait()
+                self._writer.wait_written()
             resume.announce(self, path, ", writing in the background" if self.config.checkpoint_async else "")
         return val
 
