@@ -10,7 +10,7 @@ no rank gathers the model.
       COMPLETE         written last, by rank 0, once every rank said its files are written:
                        the checksum of each file (train.checksum)
 
-The folder is written as `.staging-<step>` and renamed (checkpoint.publish). Loading goes through
+The folder is written as `.staging-<step>-<attempt>` and renamed (checkpoint.publish). Loading goes through
 `get_state_dict`/`set_state_dict` with the optimizer flattened to parameter names, so a run saved
 on 4 ranks loads on 2 or 3: DCP reads whatever part of each tensor a rank now holds. Only tensors
 go through DCP, whose reader is given a restricted unpickler for its `.metadata`; everything else
