@@ -8,13 +8,13 @@ The same state (a GPT's model and AdamW state, `--dim`/`--layers` set its size) 
   done is reported too: neither bare nor the peers' torch.save fsync at all);
 - DCP async: the stall only — state dicts, the copy to CPU memory and starting the background
   writer; the write itself overlaps the next steps (its full time is reported too).
-Each is repeated `--rounds` times, alternating, on the same filesystem, each starting with no dirty
-pages (os.sync() and the previous files deleted, outside the timing); the median is reported with
-the ratios against bare. keep_last=1: the older checkpoint is renamed away in the save and deleted
-in the background. One process, no process group: the per-rank
-cost (each rank of a sharded run writes its shard the same way).
+Each is repeated `--rounds` times after `--warmup` untimed rounds, alternating, on the same
+filesystem, each starting with no dirty pages (os.sync() and the previous files deleted, outside
+the timing); the median is reported with the ratios against bare. keep_last=1: the older
+checkpoint is renamed away in the save and deleted in the background. One process, no process
+group: the per-rank cost (each rank of a sharded run writes its shard the same way).
 
-    python benchmarks/checkpoint_stall.py [--dim 512] [--layers 8] [--rounds 5] [--dir /tmp]
+    python benchmarks/checkpoint_stall.py [--dim 512] [--layers 8] [--rounds 5] [--warmup 3] [--dir /tmp]
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed rounds first: right after a large delete or free, the first page-cache "
+                             "writes of a process run up to 3x slower, whichever way saves")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -81,15 +84,18 @@ def main() -> None:
         checkpoint.wait_for_deletes()
         os.sync()
 
-    for step in range(1, args.rounds + 1):
+    for step in range(1, args.warmup + args.rounds + 1):
+        timed = step > args.warmup
         for name, save in ways.items():
             settle()
             started = time.perf_counter()
             save(step)
-            times[name].append(time.perf_counter() - started)
+            if timed:
+                times[name].append(time.perf_counter() - started)
             if name.startswith("DCP"):
                 writer.wait()
-                (background if "async" in name else durable).append(time.perf_counter() - started)
+                if timed:
+                    (background if "async" in name else durable).append(time.perf_counter() - started)
     shutil.rmtree(root)
     size = sum(p.numel() * p.element_size() for p in model.parameters()) * 3  # weights + 2 AdamW moments
     base = statistics.median(times["bare torch.save"])

@@ -54,6 +54,10 @@ from torchslurm.train import checkpoint, hashed
 logger = logging.getLogger(__name__)
 
 FORMAT = 2
+_WRAPPERS: tuple[type, ...] = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+_WRAPPER_PARTS = frozenset({"_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module", "_flat_param"})
+"""Names that torch.compile, activation checkpointing and FSDP1 put into parameter names and
+get_state_dict takes out."""
 SHARDS = "shards"
 _FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
 
@@ -69,13 +73,41 @@ def _distributed() -> bool:
 def split_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
     """(tensors for DCP, everything else) of model and optimizer, keyed `model.<name>` and
     `optim.<flattened name>`. The tensors are the live ones (DTensor shards under FSDP)."""
-    model_sd, optim_sd = get_state_dict(model, optimizer, options=_FLAT)
+    model_sd, optim_sd = _plain_state_dict(model, optimizer) or get_state_dict(model, optimizer, options=_FLAT)
     tensors: dict[str, Any] = {}
     plain: dict[str, Any] = {}
     for prefix, part in (("model.", model_sd), ("optim.", optim_sd)):
         for key, value in part.items():
             (tensors if isinstance(value, torch.Tensor) else plain)[prefix + key] = value
     return tensors, plain
+
+
+def _plain_state_dict(model: nn.Module,
+                      optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """get_state_dict(model, optimizer, flattened) of a plain module (no wrapper, no DTensor, no
+    parameter under two names), built directly: DCP's version costs 5 ms a save for a 100-tensor
+    model, mostly in mapping names it has to expect wrappers in. None for any other module, and for
+    an optimizer without state yet (DCP creates it, and loading needs those targets)."""
+    from torch.distributed.tensor import DTensor
+
+    named = list(model.named_parameters(remove_duplicate=False))
+    names = {id(p): name for name, p in named}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    model_sd = model.state_dict()
+    if (not optimizer.state or isinstance(model, _WRAPPERS) or len(names) != len(named)
+            or any(part in _WRAPPER_PARTS for key in model_sd for part in key.split("."))
+            or any(isinstance(p, DTensor) or id(p) not in names for p in params)):
+        return None
+    optim: dict[str, Any] = {}
+    for p in params:
+        for key, value in optimizer.state.get(p, {}).items():
+            optim[f"state.{names[id(p)]}.{key}"] = value
+    for group in optimizer.param_groups:
+        settings = {key: value for key, value in group.items() if key != "params"}
+        for p in group["params"]:
+            for key, value in settings.items():
+                optim[f"param_groups.{names[id(p)]}.{key}"] = value
+    return model_sd, optim
 
 
 def local_bytes(tensors: Mapping[str, torch.Tensor]) -> int:

@@ -28,6 +28,12 @@ PARALLEL_BYTES = 1 << 20
 costs more than a few KiB)."""
 
 
+SMALL_BATCH = 1 << 16
+"""Small writes (torch.save's zip headers, names, pickles: dozens per tensor) are gathered into one
+buffer of up to this many bytes, checksummed and written at once: per write, the calls cost more
+than the bytes."""
+
+
 class HashingWriter(io.RawIOBase):
     """A binary file opened for writing whose `hexdigest()` is the checksum of all bytes written."""
 
@@ -35,31 +41,47 @@ class HashingWriter(io.RawIOBase):
         super().__init__()
         self._file, self._pool = file, pool
         self._digest = checksum.new()
+        self._small = bytearray()
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        if view.nbytes < PARALLEL_BYTES or self._pool is None:
+        view = data if type(data) is memoryview else memoryview(data)
+        size = view.nbytes
+        if size < PARALLEL_BYTES:
+            self._small += view
+            if len(self._small) >= SMALL_BATCH:
+                self._write_small()
+            return size
+        self._write_small()
+        view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        if self._pool is None:
             self._digest.update(view)
-            written = self._file.write(view)
+            self._file.write(view)
         else:
             hashing = self._pool.submit(self._digest.update, view)
-            written = self._file.write(view)
+            self._file.write(view)
             hashing.result()  # in order, and the caller may reuse its buffer once write returns
-        return view.nbytes if written is None else written
+        return size
+
+    def _write_small(self) -> None:
+        if self._small:
+            self._digest.update(self._small)
+            self._file.write(self._small)
+            self._small = bytearray()
 
     def tell(self) -> int:
-        return self._file.tell()
+        return self._file.tell() + len(self._small)
 
     def flush(self) -> None:
+        self._write_small()
         self._file.flush()
 
     def fileno(self) -> int:
         # DCP fsyncs `fileno()` right after its last write (its metadata without a flush): flush here
         # so that the fsync covers every byte
-        self._file.flush()
+        self.flush()
         return self._file.fileno()
 
     def close(self) -> None:  # the file is closed by whoever opened it
@@ -67,6 +89,7 @@ class HashingWriter(io.RawIOBase):
         super().close()
 
     def hexdigest(self) -> str:
+        self._write_small()
         return self._digest.hexdigest()
 
 

@@ -210,6 +210,63 @@ def test_markers_with_sha256_checksums_still_verify(tmp_path: Path) -> None:
         checkpoint.load(folder)
 
 
+def _trained(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor) -> None:
+    model(inputs).float().sum().backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("case", ["adamw groups + batchnorm", "sgd momentum", "sgd plain", "no step yet", "gpt"])
+def test_split_state_of_a_plain_module_equals_dcps_get_state_dict(case: str) -> None:
+    """split_state builds a plain module's state itself (DCP's get_state_dict is slow): it must be
+    exactly what get_state_dict gives, since loading goes through set_state_dict."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    torch.manual_seed(0)
+    inputs: torch.Tensor = torch.randn(4, 3)
+    model: nn.Module = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    if case == "gpt":
+        model, inputs = GPT(vocab=16, block_size=8, dim=16, layers=1, heads=2), torch.zeros(2, 8, dtype=torch.long)
+    if case == "adamw groups + batchnorm":
+        params = list(model.parameters())
+        optimizer: torch.optim.Optimizer = torch.optim.AdamW([{"params": params[:2], "lr": 0.1},
+                                                              {"params": params[2:], "lr": 0.2}])
+    elif case == "sgd plain":
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    elif case in ("sgd momentum", "no step yet"):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    if case != "no step yet":
+        _trained(model, optimizer, inputs)
+    ours = dcp._plain_state_dict(model, optimizer)
+    if case in ("no step yet", "sgd plain"):  # no optimizer state (yet): left to DCP, which creates it
+        assert not optimizer.state and ours is None
+        return
+    assert ours is not None
+    theirs = get_state_dict(model, optimizer, options=dcp._FLAT)
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert list(mine) == list(reference)
+        for key, value in reference.items():
+            if isinstance(value, torch.Tensor):  # the live tensors, not copies
+                assert torch.equal(mine[key], value) and mine[key].data_ptr() == value.data_ptr(), key
+            else:
+                assert mine[key] == value, key
+
+
+def test_split_state_leaves_wrapped_and_tied_modules_to_dcp() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
+            self.b.weight = self.a.weight
+
+    tied = Tied()
+    assert dcp._plain_state_dict(tied, torch.optim.SGD(tied.parameters(), lr=0.1)) is None
+    compiled_like = nn.Module()
+    compiled_like._orig_mod = nn.Linear(2, 2)  # torch.compile's wrapper names its module so
+    assert dcp._plain_state_dict(compiled_like, torch.optim.SGD(compiled_like.parameters(), lr=0.1)) is None
+
+
 def test_metadata_reader_refuses_other_objects(tmp_path: Path) -> None:
     (tmp_path / ".metadata").write_bytes(pickle.dumps(io.StringIO("x")))
     with pytest.raises(CheckpointError, match=r"_io.StringIO is not allowed in checkpoint metadata"):
