@@ -291,9 +291,10 @@ class Writer:
 
     `save(snap)` writes it now and leaves only the fsyncs to a thread (`Durability`);
     `stage()` copies tensors for a background save and `start(snap)` begins one, on a Gloo group of
-    its own, durable before it is published. `wait()` returns once the last save is complete and
-    on disk, and re-raises a background error on the training thread; `finish()` is the end of a
-    run on every rank: wait, then the older checkpoints beyond keep_last go."""
+    its own, durable before it is published (or, `defer_fsync`, fsynced afterwards as `save` does).
+    `wait_written()` returns once a background save is published, `wait()` once the last save is
+    also on disk; both re-raise a background error on the training thread. `finish()` is the end of
+    a run on every rank: wait, then the older checkpoints beyond keep_last go."""
 
     def __init__(self) -> None:
         self._group: dist.ProcessGroup | None = None
