@@ -366,10 +366,6 @@ class Writer:
         except BaseException as exc:  # reported on the training thread by wait()
             self._error = exc
 
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def wait(self) -> Path | None:
         """Until the last save is published and on disk."""
         self.wait_written()
