@@ -1,7 +1,7 @@
 """strategy=fsdp on real local ranks (Gloo): it trains, resumes bitwise mid-epoch, skips a corrupt
 shard, saves in the background, survives kill -9 during a background save, a checkpoint of 4
-ranks loads on 2 and on 3, and amp=fp16's GradScaler skips a step on every rank when one rank's
-gradient shard holds an inf.
+ranks loads on 2 and on 3, DDP checkpoints resume under FSDP and FSDP ones under DDP, and
+amp=fp16's GradScaler skips a step on every rank when one rank's gradient shard holds an inf.
 
 This file is also the rank program: `torchslurm run --nproc N test_fsdp.py MODE OUT` runs
 `worker()` on every rank, which writes its findings as JSON for the test to check.
@@ -134,6 +134,21 @@ def _load_worker(ctx: Any, out: Path) -> dict[str, Any]:
     return {"resumed": resumed, "step": trainer.global_step, "equal": _same(expected, _full(trainer))}
 
 
+def _switch_worker(ctx: Any, out: Path) -> dict[str, Any]:
+    """A DDP checkpoint (tensors.pt) resumed under FSDP, and an FSDP one (shards/) under DDP."""
+    found = {}
+    for saved, loaded in (("ddp", "fsdp"), ("fsdp", "ddp")):
+        trainer = _trainer(ctx, out / saved, stop_at=5, strategy=saved)
+        trainer.fit()
+        expected = _full(trainer)
+        resumed = _trainer(ctx, out / saved, strategy=loaded)
+        found[f"{saved} to {loaded}"] = {
+            "resumed": [resumed._resume(), resumed.global_step], "equal": _same(expected, _full(resumed)),
+            "files": sorted(str(p.relative_to(trainer._last_checkpoint)) for p in trainer._last_checkpoint.rglob("*")
+                            if p.is_file()) if ctx.is_main else []}
+    return found
+
+
 def _async_kill_worker(ctx: Any, out: Path) -> dict[str, Any]:
     """Checkpoints every step in the background, for the test to kill -9 while one is written."""
     _trainer(ctx, out / "killed", epochs=50, checkpoint_async=True, checkpoint_every_steps=1).fit()
@@ -215,7 +230,7 @@ def worker() -> None:
 
     mode, out = sys.argv[1], Path(sys.argv[2])
     work = {"resume": _resume_worker, "save4": _save4_worker, "load": _load_worker,
-            "kill": _async_kill_worker, "fp16": _fp16_worker}[mode]
+            "kill": _async_kill_worker, "fp16": _fp16_worker, "switch": _switch_worker}[mode]
     with torchslurm.init() as ctx:
         result = work(ctx, out)
         if ctx.is_main:
@@ -243,6 +258,14 @@ def test_checkpoint_of_four_ranks_loads_on_two_and_three(tmp_path: Path) -> None
         r = _launch(nproc, "load", tmp_path)
         assert (r["resumed"], r["step"], r["equal"]) == (True, 5, True), nproc
         assert f"world_size was 4, now {nproc}, so data order and RNG streams differ" in r["log"]
+
+
+def test_a_ddp_checkpoint_resumes_under_fsdp_and_an_fsdp_one_under_ddp(tmp_path: Path) -> None:
+    r = _launch(2, "switch", tmp_path)
+    for case, expected_files in (("ddp to fsdp", {"tensors.pt"}), ("fsdp to ddp", {"shards/.metadata"})):
+        assert r[case]["resumed"] == [True, 5], case
+        assert r[case]["equal"], f"{case}: model or optimizer state differs after the resume"
+        assert expected_files <= set(r[case]["files"]), r[case]["files"]
 
 
 def test_kill_9_during_a_background_save_leaves_the_previous_checkpoint(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from typing import IO, Any, cast
 
 import torch
 from torch.distributed.checkpoint.filesystem import FileSystem
+from torch.utils.serialization import config as serialization_config
 
 from torchslurm.train import checksum
 
@@ -126,9 +127,7 @@ def without_record_crc32() -> Iterator[None]:
     every checkpoint file has a checksum of all its bytes, checked before it is loaded, and
     torch.load reads such files. The setting is process-wide (torch.utils.serialization.config), so
     only a save that holds up the training thread turns it off; a background save keeps it."""
-    from torch.utils.serialization import config
-
-    with config.patch({"save.compute_crc32": False}):  # type: ignore[attr-defined]
+    with serialization_config.patch({"save.compute_crc32": False}):  # type: ignore[attr-defined]
         yield
 
 

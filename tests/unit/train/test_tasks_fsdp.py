@@ -85,25 +85,67 @@ def test_gpt_logits_shape_and_flops() -> None:
     assert model.flops_per_token() > 6 * sum(p.numel() for p in Block(16, 2).parameters())
 
 
-def test_sharded_checkpoint_round_trip_without_a_process_group(tmp_path: Path) -> None:
+def _trained_linear() -> tuple[nn.Linear, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     model(torch.ones(1, 3)).sum().backward()
     optimizer.step()
+    return model, optimizer
+
+
+def test_replicated_checkpoint_round_trip_without_a_process_group(tmp_path: Path) -> None:
+    """Replicated tensors (DDP, one process) go into one tensors.pt by rank 0, not through DCP."""
+    model, optimizer = _trained_linear()
     tensors, plain = dcp.split_state(model, optimizer)
     state = {"format": dcp.FORMAT, "optim_plain": plain}
     folder = dcp.write(dcp.Snapshot(tmp_path, 1, dcp.stage(tensors), {"rng": 1}, state, keep_last=2))
     marker = json.loads((folder / checkpoint.MARKER).read_text())
-    assert set(marker["files"]) == {"state.pt", "rank-00000.pt", "shards/.metadata", "shards/__0_0.distcp"}
+    assert set(marker["files"]) == {"state.pt", "rank-00000.pt", "tensors.pt"}
+    assert not (folder / "shards").exists()
     other = nn.Linear(3, 2)
     fresh = torch.optim.AdamW(other.parameters(), lr=0.1)
     dcp.load_into(folder, checkpoint.load(folder), other, fresh)
     assert torch.equal(other.weight, model.weight) and fresh.state_dict()["state"][0]["step"] == 1
-    shard = folder / "shards" / "__0_0.distcp"
-    shard.write_bytes(shard.read_bytes()[:10])
-    with pytest.raises(CheckpointError, match=r"__0_0.distcp has checksum crc32:.* corrupt or truncated"):
+    assert torch.equal(fresh.state_dict()["state"][1]["exp_avg"], optimizer.state_dict()["state"][1]["exp_avg"])
+    assert torch.equal(dcp.read_model(folder)["bias"], model.bias)
+    stored = folder / "tensors.pt"
+    stored.write_bytes(stored.read_bytes()[:10])
+    with pytest.raises(CheckpointError, match=r"tensors.pt has checksum crc32:.* corrupt or truncated"):
         checkpoint.load(folder)
+
+
+def test_a_checkpoint_of_another_model_is_refused_with_what_differs(tmp_path: Path) -> None:
+    model, optimizer = _trained_linear()
+    tensors, plain = dcp.split_state(model, optimizer)
+    folder = dcp.write(dcp.Snapshot(tmp_path, 1, tensors, {"rng": 1}, {"format": dcp.FORMAT, "optim_plain": plain}, 2))
+    wider = nn.Linear(4, 2)
+    with pytest.raises(CheckpointError, match=r"another model or optimizer \(other shape: model.weight, "
+                                              r"optim.state.weight.exp_avg.*HINT: resume with the model"):
+        dcp.load_into(folder, checkpoint.load(folder), wider, torch.optim.AdamW(wider.parameters()))
+    deeper = nn.Sequential(nn.Linear(3, 2))
+    with pytest.raises(CheckpointError, match=r"missing: model.0.bias, .*not in the model: model.bias"):
+        dcp.load_into(folder, checkpoint.load(folder), deeper, torch.optim.AdamW(deeper.parameters()))
+
+
+def test_checkpoints_whose_replicated_tensors_went_through_dcp_still_load(tmp_path: Path) -> None:
+    """Before tensors.pt, rank 0 wrote replicated tensors with DCP into shards/: such checkpoints load."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    model, optimizer = _trained_linear()
+    tensors, plain = dcp.split_state(model, optimizer)
+    folder = dcp.write(dcp.Snapshot(tmp_path, 1, tensors, {"rng": 1}, {"format": dcp.FORMAT, "optim_plain": plain}, 2))
+    (folder / "tensors.pt").unlink()
+    with dcp._quiet_alone():
+        dcp.dcp_save(tensors, storage_writer=FileSystemWriter(folder / "shards"), no_dist=True)
+    files = {str(p.relative_to(folder)): checksum.of_file(p, checksum.Crc32()) for p in folder.rglob("*")
+             if p.is_file() and p.name != checkpoint.MARKER}
+    (folder / checkpoint.MARKER).write_text(json.dumps({"step": 1, "format": dcp.FORMAT, "files": files}))
+    other = nn.Linear(3, 2)
+    fresh = torch.optim.AdamW(other.parameters(), lr=0.1)
+    dcp.load_into(folder, checkpoint.load(folder), other, fresh)
+    assert torch.equal(other.weight, model.weight) and fresh.state_dict()["state"][0]["step"] == 1
+    assert torch.equal(dcp.read_model(folder)["weight"], model.weight)
 
 
 def test_checksums_taken_while_writing_are_those_of_the_files_on_disk(tmp_path: Path) -> None:
@@ -121,7 +163,7 @@ def test_checksums_taken_while_writing_are_those_of_the_files_on_disk(tmp_path: 
     on_disk = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()} - {checkpoint.MARKER}
     assert set(files) == on_disk
     assert files == {name: checksum.of_file(folder / name, checksum.Crc32()) for name in on_disk}
-    assert (folder / "shards" / "__0_0.distcp").stat().st_size > 3 * 4 << 20  # weights and 2 moments
+    assert (folder / "tensors.pt").stat().st_size > 3 * 4 << 20  # weights and 2 moments
 
 
 def test_background_staging_reuses_its_buffers_and_copies(tmp_path: Path) -> None:
@@ -181,7 +223,7 @@ def test_the_fsync_thread_syncs_every_file_and_folder_of_the_checkpoint(tmp_path
     folder = writer.save(_linear_snapshot(tmp_path, 4, keep_last=2)[0])
     writer.wait()
     files = {str(p) for p in folder.rglob("*")} | {str(folder), str(tmp_path)}
-    assert set(synced) == files  # each once: the shards, rank and state files, COMPLETE, both folders, the root
+    assert set(synced) == files  # each once: the tensors, rank and state files, COMPLETE, the folder, the root
     assert len(synced) == len(files)
 
 
