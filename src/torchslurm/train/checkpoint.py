@@ -1,8 +1,9 @@
 """Checkpoints that readers see whole or not at all.
 
 Layout: `<root>/step-000000123/state.pt` plus `COMPLETE` (JSON: step, and the checksum of every file:
-`files`, see train.checksum; a single-file checkpoint of format 1 has `sha256` of state.pt). Sharded checkpoints (format
-2, train.dcp) add `shards/` (torch.distributed.checkpoint) and one `rank-NNNNN.pt` per rank. A
+`files`, see train.checksum; a single-file checkpoint of format 1 has `sha256` of state.pt). Checkpoints of format 2
+(train.dcp) add the tensors (`tensors.pt`, or `shards/` by torch.distributed.checkpoint) and one
+`rank-NNNNN.pt` per rank. A
 checkpoint is written into a staging directory, fsynced, renamed into place (atomic within one
 filesystem), and only counts once its `COMPLETE` marker exists and its checksum matches.
 Loading uses `torch.load(weights_only=True)`: a checkpoint never unpickles arbitrary objects, so

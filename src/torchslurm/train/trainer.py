@@ -31,7 +31,7 @@ from torchslurm.jobs.slurm import run_command_status
 from torchslurm.train import checkpoint, dcp, resume
 from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
 from torchslurm.train.config import TrainConfig
-from torchslurm.train.data import ShardSampler, SkipSampler
+from torchslurm.train.data import ShardSampler, SkipSampler, batches
 from torchslurm.train.events import EventWriter
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
@@ -283,9 +283,8 @@ class Trainer:
         # Own generator: worker seeds come from (seed, epoch), and creating the iterator does not
         # draw from the global torch RNG (which the checkpoint restores for dropout & co).
         generator = torch.Generator().manual_seed(cfg.seed * 100_003 + self.epoch)
-        return DataLoader(self.train_data, batch_size=cfg.batch_size,
-                          sampler=SkipSampler(sampler, self.batches_done * cfg.batch_size),
-                          num_workers=cfg.num_workers, pin_memory=self._pin, generator=generator)
+        return batches(self.train_data, SkipSampler(sampler, self.batches_done * cfg.batch_size), cfg.batch_size,
+                       num_workers=cfg.num_workers, pin_memory=self._pin, generator=generator)
 
     @property
     def _pin(self) -> bool:
@@ -308,9 +307,8 @@ class Trainer:
     def _validate(self, dataset: Dataset[Any] | None) -> torch.Tensor:
         data = self.val_data if dataset is None else dataset
         sampler = ShardSampler(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
-        loader = DataLoader(data, batch_size=self.config.batch_size, sampler=sampler,
-                            num_workers=self.config.num_workers, pin_memory=self._pin,
-                            generator=torch.Generator().manual_seed(self.config.seed))
+        loader = batches(data, sampler, self.config.batch_size, num_workers=self.config.num_workers,
+                         pin_memory=self._pin, generator=torch.Generator().manual_seed(self.config.seed))
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)
         model = self.strategy.eval_module  # DDP: the unwrapped module, no hooks or collectives per batch
         model.eval()

@@ -114,3 +114,41 @@ def test_skip_sampler_resumes_the_same_order() -> None:
     full.set_epoch(3)
     skipped = data.SkipSampler(full, 8)
     assert list(skipped) == list(full)[8:] and len(skipped) == 17
+
+
+@pytest.mark.parametrize("skip", [0, 5])
+def test_a_tensor_dataset_is_read_in_the_batches_default_collation_makes(skip: int) -> None:
+    """Batched indexing of a TensorDataset gives exactly the batches (order, values, dtypes, shapes,
+    a short last one) that DataLoader's per-sample reading and stacking gives."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    generator = torch.Generator().manual_seed(0)
+    dataset = TensorDataset(torch.randn(37, 1, 4, 4, generator=generator), torch.randint(0, 10, (37,)),
+                            torch.arange(37, dtype=torch.float64))
+
+    def sampler() -> data.SkipSampler:
+        inner: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
+            dataset, num_replicas=2, rank=1, shuffle=True, seed=3)
+        inner.set_epoch(2)
+        return data.SkipSampler(inner, skip)
+
+    fast = data.batches(dataset, sampler(), 4)
+    assert isinstance(fast.dataset, data.TensorBatches)
+    plain = DataLoader(dataset, batch_size=4, sampler=sampler())
+    assert len(fast) == len(plain) == -(-(19 - skip) // 4)
+    for got, expected in zip(fast, plain, strict=True):
+        assert [(t.dtype, t.shape) for t in got] == [(t.dtype, t.shape) for t in expected]
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_other_datasets_are_read_a_sample_at_a_time() -> None:
+    from torch.utils.data import TensorDataset
+
+    class Doubled(TensorDataset):
+        def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+            return tuple(2 * t for t in super().__getitem__(index))  # type: ignore[no-untyped-call]
+
+    dataset = Doubled(torch.arange(6.0))
+    loader = data.batches(dataset, data.ShardSampler(6, 0, 1), 4)
+    assert loader.dataset is dataset
+    assert [batch[0].tolist() for batch in loader] == [[0.0, 2.0, 4.0, 6.0], [8.0, 10.0]]
