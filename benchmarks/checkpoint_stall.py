@@ -3,16 +3,19 @@
 The same state (a GPT's model and AdamW state, `--dim`/`--layers` set its size) saved by:
 - bare: `torch.save` of model and optimizer state into one file, nothing else (the yardstick);
 - rank-0 single file: torchslurm's format-1 `checkpoint.save` (torch.save + sha256 + fsync + rename);
-- DCP sync: the Trainer's save on the training thread, `train.dcp.Writer.save` (format 2: shards,
-  rank files, checksums, COMPLETE, rename); its fsyncs follow on a thread (the time until they are
-  done is reported too: neither bare nor the peers' torch.save fsync at all);
-- DCP async: the stall only — state dicts, the copy to CPU memory and starting the background
+- sync: the Trainer's save on the training thread, `train.dcp.Writer.save` (format 2: tensors.pt,
+  rank files, checksums, COMPLETE, rename), as under DDP or in one process; its fsyncs follow on a
+  thread (the time until they are done is reported too: neither bare nor the peers' torch.save
+  fsync at all);
+- sync, FSDP shards: the same save of the same state sharded by FSDP2 (`fully_shard` over a
+  process group of this one rank): its shards go through torch.distributed.checkpoint;
+- async: the stall only — state dicts, the copy to CPU memory and starting the background
   writer; the write itself overlaps the next steps (its full time is reported too).
 Each is repeated `--rounds` times after `--warmup` untimed rounds, alternating, on the same
 filesystem, each starting with no dirty pages (os.sync() and the previous files deleted, outside
 the timing); the median is reported with the ratios against bare. keep_last=1: the older
-checkpoint is renamed away in the save and deleted in the background. One process, no process
-group: the per-rank cost (each rank of a sharded run writes its shard the same way).
+checkpoint is renamed away in the save and deleted in the background. One process (the FSDP way
+in a process group of this one rank, over loopback): the per-rank cost.
 
     python benchmarks/checkpoint_stall.py [--dim 512] [--layers 8] [--rounds 5] [--warmup 3] [--dir /tmp]
 """
@@ -23,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import tempfile
 import time
@@ -30,9 +34,33 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from torch import nn
 
-from torchslurm.train import checkpoint, dcp
+from torchslurm.train import checkpoint, dcp, fsdp
 from torchslurm.train.models import GPT
+
+
+def trained_gpt(dim: int, layers: int, shard: bool = False) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The GPT after one AdamW step (its moments exist), sharded by FSDP2 over a 1-rank group if asked."""
+    torch.manual_seed(0)
+    model = GPT(dim=dim, layers=layers, heads=8)
+    names = {id(p): name for name, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if shard:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        fsdp.shard_model(model)
+        fsdp.rebind_optimizer(optimizer, names, model)
+    model(torch.zeros(2, 64, dtype=torch.long)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def main() -> None:
@@ -45,11 +73,8 @@ def main() -> None:
                              "writes of a process run up to 3x slower, whichever way saves")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
-    torch.manual_seed(0)
-    model = GPT(dim=args.dim, layers=args.layers, heads=8)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(torch.zeros(2, 64, dtype=torch.long)).sum().backward()
-    optimizer.step()
+    model, optimizer = trained_gpt(args.dim, args.layers)
+    sharded, sharded_optimizer = trained_gpt(args.dim, args.layers, shard=True)
     root = Path(tempfile.mkdtemp(prefix="stall-", dir=args.dir))
     writer = dcp.Writer()
     background: list[float] = []
@@ -62,19 +87,23 @@ def main() -> None:
         state = {"format": 1, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
         checkpoint.save(root / "single", step, state, keep_last=1)
 
-    def snapshot(step: int, staged: bool) -> dcp.Snapshot:
-        tensors, plain = dcp.split_state(model, optimizer)
-        return dcp.Snapshot(root / ("async" if staged else "sync"), step, writer.stage(tensors) if staged else tensors,
+    def snapshot(step: int, way: str, staged: bool = False) -> dcp.Snapshot:
+        tensors, plain = dcp.split_state(*((sharded, sharded_optimizer) if way == "fsdp" else (model, optimizer)))
+        return dcp.Snapshot(root / way, step, writer.stage(tensors) if staged else tensors,
                             {"rng": checkpoint.rng_state()}, {"format": dcp.FORMAT, "optim_plain": plain}, 1)
 
-    def dcp_sync(step: int) -> None:
-        writer.save(snapshot(step, staged=False))
+    def sync(step: int) -> None:
+        writer.save(snapshot(step, "sync"))
 
-    def dcp_async(step: int) -> None:
-        writer.start(snapshot(step, staged=True))
+    def sync_sharded(step: int) -> None:
+        writer.save(snapshot(step, "fsdp"))
+
+    def background_save(step: int) -> None:
+        writer.start(snapshot(step, "async", staged=True))
 
     ways: dict[str, Callable[[int], None]] = {"bare torch.save": bare, "rank-0 single file": single_file,
-                                               "DCP sync": dcp_sync, "DCP async (stall)": dcp_async}
+                                               "sync": sync, "sync, FSDP shards": sync_sharded,
+                                               "async (stall)": background_save}
     times: dict[str, list[float]] = {name: [] for name in ways}
     def settle() -> None:
         """Outside the timing: the previous way's files deleted (keep_last=1 deletes in the background)
@@ -92,19 +121,21 @@ def main() -> None:
             save(step)
             if timed:
                 times[name].append(time.perf_counter() - started)
-            if name.startswith("DCP"):
+            if name in ("sync", "async (stall)"):
                 writer.wait()
                 if timed:
                     (background if "async" in name else durable).append(time.perf_counter() - started)
+            writer.wait()
     shutil.rmtree(root)
+    dist.destroy_process_group()
     size = sum(p.numel() * p.element_size() for p in model.parameters()) * 3  # weights + 2 AdamW moments
     base = statistics.median(times["bare torch.save"])
     rows = {name: statistics.median(t) for name, t in times.items()}
     print(f"state {size / 2**20:.0f} MiB, {args.rounds} rounds, median per checkpoint:")
     for name, t in rows.items():
         print(f"  {name:22s} {t * 1000:8.1f} ms   {t / base:5.2f}x bare")
-    print(f"  {'DCP sync (on disk)':22s} {statistics.median(durable) * 1000:8.1f} ms   (fsyncs on a thread)")
-    print(f"  {'DCP async (whole)':22s} {statistics.median(background) * 1000:8.1f} ms   (in the background)")
+    print(f"  {'sync (on disk)':22s} {statistics.median(durable) * 1000:8.1f} ms   (fsyncs on a thread)")
+    print(f"  {'async (whole)':22s} {statistics.median(background) * 1000:8.1f} ms   (in the background)")
     print(json.dumps({"state_mib": size / 2**20, **{k: v * 1000 for k, v in rows.items()}}))
 
 

@@ -141,6 +141,16 @@ def test_a_tensor_dataset_is_read_in_the_batches_default_collation_makes(skip: i
         assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
 
 
+def test_batches_read_by_a_worker_process_are_the_same() -> None:
+    from torch.utils.data import TensorDataset
+
+    dataset = TensorDataset(torch.arange(10.0).reshape(5, 2), torch.arange(5))
+    here = list(data.batches(dataset, data.ShardSampler(5, 0, 1), 2))
+    worker = list(data.batches(dataset, data.ShardSampler(5, 0, 1), 2, num_workers=1))
+    assert [len(b[0]) for b in worker] == [2, 2, 1]
+    assert all(torch.equal(a, b) for x, y in zip(here, worker, strict=True) for a, b in zip(x, y, strict=True))
+
+
 def test_other_datasets_are_read_a_sample_at_a_time() -> None:
     from torch.utils.data import TensorDataset
 
