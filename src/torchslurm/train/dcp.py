@@ -268,8 +268,8 @@ def _write_files(snap: Snapshot, staging: Path, rank: int, group: dist.ProcessGr
             dcp_save(snap.tensors, storage_writer=writer, process_group=group, no_dist=not _distributed())
         mine = {f"{SHARDS}/{name}": digest for name, digest in fs.digests.items()}
     own = {rank_file(rank): snap.rank_state}
-    if rank == 0 and not sharded:
-        own[TENSORS_FILE] = snap.tensors
+    if rank == 0 and not sharded:  # on the CPU (no copy there), so that it loads anywhere, memory-mapped
+        own[TENSORS_FILE] = {key: value.detach().cpu() for key, value in snap.tensors.items()}
     if snap.trainer_state is not None:
         own[checkpoint.STATE_FILE] = snap.trainer_state
     for name, state in own.items():
