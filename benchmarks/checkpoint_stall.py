@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -37,6 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from torchslurm.runtime.distenv import find_free_port
 from torchslurm.train import checkpoint, dcp, fsdp
 from torchslurm.train.models import GPT
 
@@ -49,18 +49,12 @@ def trained_gpt(dim: int, layers: int, shard: bool = False) -> tuple[nn.Module, 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if shard:
         if not dist.is_initialized():
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1)
         fsdp.shard_model(model)
         fsdp.rebind_optimizer(optimizer, names, model)
     model(torch.zeros(2, 64, dtype=torch.long)).sum().backward()
     optimizer.step()
     return model, optimizer
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def main() -> None:
