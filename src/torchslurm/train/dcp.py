@@ -453,9 +453,13 @@ def load_into(folder: Path, state: Mapping[str, Any], model: nn.Module, optimize
         with _quiet_alone():
             dcp_load(tensors, storage_reader=SafeReader(folder / SHARDS), no_dist=not _distributed())
     values = {**tensors, **state["optim_plain"]}
-    model_sd = {k.removeprefix("model."): v for k, v in values.items() if k.startswith("model.")}
-    optim_sd = {k.removeprefix("optim."): v for k, v in values.items() if k.startswith("optim.")}
+    model_sd, optim_sd = _part(values, "model."), _part(values, "optim.")
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=_FLAT)
+
+
+def _part(values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The entries of `values` under `prefix` ("model." or "optim."), keyed without it."""
+    return {k.removeprefix(prefix): v for k, v in values.items() if k.startswith(prefix)}
 
 
 def _read_replicated(folder: Path) -> dict[str, torch.Tensor]:
@@ -506,7 +510,7 @@ def read_model(folder: Path) -> dict[str, torch.Tensor]:
 
     folder = Path(folder)
     if (folder / TENSORS_FILE).is_file():
-        return {k.removeprefix("model."): v for k, v in _read_replicated(folder).items() if k.startswith("model.")}
+        return _part(_read_replicated(folder), "model.")
     reader = SafeReader(folder / SHARDS)
     metadata = reader.read_metadata()
     model = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in metadata.state_dict_metadata.items()
@@ -514,4 +518,4 @@ def read_model(folder: Path) -> dict[str, torch.Tensor]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp_load(model, storage_reader=SafeReader(folder / SHARDS), no_dist=True)
-    return {k.removeprefix("model."): v for k, v in model.items()}
+    return _part(model, "model.")
