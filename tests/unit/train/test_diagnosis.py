@@ -1,0 +1,80 @@
+"""The diagnosis of a failed collective: reading Gloo errors, finding silent ranks, the message."""
+
+from __future__ import annotations
+
+from torchslurm.train.diagnosis import Peer, describe_ranks, diagnosis, first_sentence, peer_address, silent_ranks
+
+PEERS = [Peer(0, "node1", "198.18.0.11"), Peer(1, "node1", "198.18.0.11"),
+         Peer(2, "node2", "198.18.0.12"), Peer(3, "node2", "198.18.0.12")]
+CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+          "[198.18.0.12]:41234. This is typically caused by a remote worker crashing. GLHF!")
+TIMEOUT = "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv operation"
+
+
+def test_gloo_errors_are_read() -> None:
+    assert peer_address(CLOSED) == "198.18.0.12"
+    assert peer_address("Connection closed by peer [::ffff:198.18.0.11]:29400") == "198.18.0.11"
+    assert peer_address(TIMEOUT) is None
+    assert first_sentence(CLOSED) == "Connection closed by peer [198.18.0.12]:41234"
+    assert first_sentence(TIMEOUT) == "Timed out waiting 20000ms for recv operation"
+    assert first_sentence("") == "no message"
+
+
+def test_silent_ranks_are_those_whose_counter_did_not_move() -> None:
+    assert silent_ranks({0: 5, 1: 5, 2: 4, 3: 4}, {0: 7, 1: 7, 2: 4, 3: 5}) == [2]
+    assert silent_ranks({0: 1}, {0: 2}) == []
+
+
+def test_ranks_are_grouped_by_host() -> None:
+    assert describe_ranks([3], PEERS) == "rank 3 on node2 (198.18.0.12)"
+    assert describe_ranks([0, 2, 3], PEERS) == "rank 0 on node1 (198.18.0.11); ranks 2, 3 on node2 (198.18.0.12)"
+
+
+def test_message_names_the_dead_rank_first() -> None:
+    error = diagnosis(PEERS[0], CLOSED, PEERS, [3], 20.0)
+    text = str(error)
+    assert error.exit_code == 1 and error.hint and error.hint.startswith("read the first failing rank's log")
+    assert text.startswith("rank 3 on node2 (198.18.0.12) stopped responding (no heartbeat)")
+    assert "(rank 0 on node1 saw: Connection closed by peer [198.18.0.12]:41234)" in text
+    assert "within the process group timeout (20 s). HINT: " in text
+
+
+def test_message_when_the_store_is_unreachable_or_gone() -> None:
+    text = str(diagnosis(PEERS[2], TIMEOUT, PEERS, None, None, "timeout"))
+    assert text.startswith("rank 0's host node1 (198.18.0.11) is unreachable from node2: that node or the network")
+    assert "process group timeout. HINT" in text
+    text = str(diagnosis(PEERS[2], CLOSED, PEERS, None, 20.0, "refused"))
+    assert text.startswith("rank 0 on node1 (198.18.0.11) died: its host answers but its store refuses connections")
+
+
+def test_message_when_every_rank_still_beats() -> None:
+    text = str(diagnosis(PEERS[0], CLOSED, PEERS, [], 300.0))
+    assert text.startswith("a collective failed with ranks 2, 3 on node2 (198.18.0.12) while every rank")
+
+
+def test_a_rank_that_saw_the_failure_is_not_silent_even_if_its_heartbeat_stopped() -> None:
+    assert silent_ranks({0: 5, 1: 5, 2: 4}, {0: 7, 1: 5, 2: 4}, saw_failure=[0, 1]) == [2]
+
+
+def test_a_rank_that_stopped_on_its_own_error_is_named_with_that_error() -> None:
+    errors = {2: "CheckpointError: resume='bogus' is neither auto, never nor a checkpoint folder"}
+    text = str(diagnosis(PEERS[0], CLOSED, PEERS, [2, 3], 20.0, errors=errors))
+    assert text.startswith("rank 2 on node2 (198.18.0.12) stopped with an error: CheckpointError: resume='bogus' "
+                           "is neither auto, never nor a checkpoint folder (its log has all of it); rank 3 on node2 "
+                           "(198.18.0.12) stopped responding (no heartbeat)")
+
+
+def test_a_store_that_answers_too_slowly_is_could_not_tell_not_an_unreachable_host() -> None:
+    text = str(diagnosis(PEERS[2], TIMEOUT, PEERS, None, 300.0, "slow"))
+    assert text.startswith("could not tell which rank failed: rank 0's store on node1 (198.18.0.11) accepts "
+                           "connections but answers too slowly to read the heartbeats")
+    assert "unreachable" not in text and "stopped responding" not in text
+
+
+def test_a_rank_that_may_be_alive_is_not_named_as_the_cause() -> None:
+    text = str(diagnosis(PEERS[0], TIMEOUT, PEERS, [], 300.0, unsure=[3]))
+    assert text.startswith("could not tell whether rank 3 on node2 (198.18.0.12) failed: no recent heartbeat")
+    assert "stopped responding" not in text
+    both = str(diagnosis(PEERS[0], TIMEOUT, PEERS, [2], 300.0, unsure=[3]))
+    assert both.startswith("rank 2 on node2 (198.18.0.12) stopped responding (no heartbeat)")
+    assert "; could not tell whether rank 3 on node2" in both
