@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from torchslurm.runtime.distenv import find_free_port
+from torchslurm.runtime.ports import find_free_port
 from torchslurm.train import checkpoint, dcp, fsdp
 from torchslurm.train.models import GPT
 

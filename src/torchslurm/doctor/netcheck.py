@@ -20,7 +20,7 @@ from torchslurm.doctor.facts import (
     skipped,
 )
 from torchslurm.errors import EnvError
-from torchslurm.runtime import distenv, netif
+from torchslurm.runtime import distenv, netif, ports
 from torchslurm.runtime.netif import IfAddr
 
 
@@ -76,7 +76,7 @@ def check_master_port(facts: Facts) -> Check:
                      f"job {env.job_id}.", value=str(env.master_port))
     if "TORCHELASTIC_RUN_ID" in facts.environ:
         return Check("master_port", "ok", f"MASTER_PORT={port}, chosen by torchrun.", value=port)
-    derived = distenv.derived_port(facts.environ.get("SLURM_JOB_ID", "0"), facts.environ.get("SLURM_STEP_ID"))
+    derived = ports.derived_port(facts.environ.get("SLURM_JOB_ID", "0"), facts.environ.get("SLURM_STEP_ID"))
     if env.job_id is not None and port.strip() == str(derived):
         return Check("master_port", "ok", f"MASTER_PORT={port}, derived from job {env.job_id} by torchslurm.",
                      value=port)

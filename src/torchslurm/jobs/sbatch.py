@@ -21,7 +21,7 @@ import shlex
 from torchslurm._version import __version__
 from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
 from torchslurm.jobs.spec import JobSpec, spec_json
-from torchslurm.runtime.distenv import RDZV_PORT_EXPR
+from torchslurm.runtime.ports import RDZV_PORT_EXPR
 
 # C isspace() in the C locale, which sbatch uses; Python's str.isspace() knows more characters
 C_SPACE = " \t\n\v\f\r"

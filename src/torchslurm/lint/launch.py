@@ -14,7 +14,7 @@ import re
 from torchslurm.jobs.findings import Finding
 from torchslurm.lint.parse import Launch, Script
 from torchslurm.lint.shell import batch_expanded, shown
-from torchslurm.runtime.distenv import RDZV_PORT_EXPR
+from torchslurm.runtime.ports import RDZV_PORT_EXPR
 
 __all__ = ["check_launches", "check_rendezvous", "gpus_per_node", "leading_int", "step_nodes",
            "tasks_per_node"]

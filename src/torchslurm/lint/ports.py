@@ -19,7 +19,7 @@ import re
 from torchslurm.jobs.findings import Finding, Severity
 from torchslurm.lint.launch import gpus_per_node
 from torchslurm.lint.parse import Launch, Script
-from torchslurm.runtime.distenv import RDZV_PORT_EXPR
+from torchslurm.runtime.ports import RDZV_PORT_EXPR
 
 __all__ = ["check_ports", "node_sharing"]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.jobs.slurm import run_command_status
-from torchslurm.runtime.distenv import slurm_job_id
+from torchslurm.runtime.slurmlayout import slurm_job_id
 
 if TYPE_CHECKING:
     from torchslurm.runtime.distenv import DistEnv

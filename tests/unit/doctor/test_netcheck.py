@@ -143,7 +143,7 @@ def test_no_interface_choice_fails_with_the_runtimes_hint() -> None:
 
 
 def test_master_port_that_torchslurm_run_derived_for_this_step_is_ok() -> None:
-    from torchslurm.runtime.distenv import derived_port
+    from torchslurm.runtime.ports import derived_port
 
     port = str(derived_port("42", "0"))
     check = netcheck.check_master_port(facts({**SRUN, "MASTER_PORT": port}))

@@ -16,7 +16,7 @@ import pytest
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.sbatch import directives, rank_output, render, sbatch_quote, sbatch_split
 from torchslurm.jobs.spec import JobSpec, load
-from torchslurm.runtime import distenv
+from torchslurm.runtime import ports
 
 GOLDEN = Path(__file__).parents[2] / "fixtures" / "golden"
 SPECS = sorted(GOLDEN.glob("*.yaml"))
@@ -80,12 +80,12 @@ def test_rdzv_port_matches_runtime_formula() -> None:
     small and large (past the port span, past 2**31), as bash computes it on the node."""
     line = next(x for x in render(JobSpec(script="t.py", launch="torchrun")).splitlines()
                 if x.startswith("port="))
-    assert line == f"port={distenv.RDZV_PORT_EXPR}"
+    assert line == f"port={ports.RDZV_PORT_EXPR}"
     job_ids = ("1", "7", "2846", "4242", "22768", "999999", "4294967295")
     script = "; ".join(f"SLURM_JOB_ID={job_id}; {line}; echo $port" for job_id in job_ids)
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()
-    assert [int(port) for port in out] == [distenv.derived_port(job_id, "0") for job_id in job_ids]
-    assert all(distenv.PORT_BASE <= int(port) < distenv.PORT_BASE + distenv.PORT_SPAN for port in out)
+    assert [int(port) for port in out] == [ports.derived_port(job_id, "0") for job_id in job_ids]
+    assert all(ports.PORT_BASE <= int(port) < ports.PORT_BASE + ports.PORT_SPAN for port in out)
 
 
 def test_preemptible_directives() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from torchslurm.errors import EnvError
-from torchslurm.runtime.distenv import PORT_BASE, PORT_SPAN, STEP_SLOTS, derived_port, detect
+from torchslurm.runtime.distenv import detect
+from torchslurm.runtime.ports import derived_port
 
 
 def no_port() -> int:
@@ -121,23 +122,6 @@ def test_torchrun_environ_round_trip() -> None:
         env.rank, env.world_size, env.local_rank, env.master_addr, env.master_port)
 
 
-class TestDerivedPort:
-    def test_out_of_ephemeral_range(self) -> None:
-        ports = {derived_port(str(job), str(step)) for job in range(0, 100000, 977) for step in range(3)}
-        assert all(PORT_BASE <= p < PORT_BASE + PORT_SPAN <= 32768 for p in ports)
-
-    def test_concurrent_jobs_and_steps_never_collide(self) -> None:
-        # Any window of jobs submitted close together, each with several steps.
-        keys = [(job, step) for job in range(900_000, 900_000 + PORT_SPAN // STEP_SLOTS)
-                for step in range(STEP_SLOTS)]
-        assert len({derived_port(str(j), str(s)) for j, s in keys}) == len(keys)
-
-    def test_ids_sharing_last_four_digits_do_not_collide(self) -> None:
-        ports = [derived_port(str(prefix * 10000 + 4321), "0") for prefix in range(1, 60)]
-        assert len(set(ports)) == len(ports)
-
-    def test_batch_step_differs_from_step_zero(self) -> None:
-        assert derived_port("4242", None) != derived_port("4242", "0")
 
 
 BROKEN = [

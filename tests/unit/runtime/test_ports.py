@@ -1,0 +1,69 @@
+"""The master port: MASTER_PORT wins, a Slurm job derives one per (job, step), a local run takes a free one."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from torchslurm.errors import EnvError
+from torchslurm.runtime.ports import (
+    PORT_BASE,
+    PORT_SPAN,
+    RDZV_PORT_EXPR,
+    STEP_SLOTS,
+    derived_port,
+    find_free_port,
+    master_port,
+    port_number,
+)
+
+
+def no_port() -> int:
+    raise AssertionError("a fixed or derived port must not ask for a free one")
+
+
+class TestDerivedPort:
+    def test_out_of_ephemeral_range(self) -> None:
+        ports = {derived_port(str(job), str(step)) for job in range(0, 100000, 977) for step in range(3)}
+        assert all(PORT_BASE <= p < PORT_BASE + PORT_SPAN <= 32768 for p in ports)
+
+    def test_concurrent_jobs_and_steps_never_collide(self) -> None:
+        # Any window of jobs submitted close together, each with several steps.
+        keys = [(job, step) for job in range(900_000, 900_000 + PORT_SPAN // STEP_SLOTS)
+                for step in range(STEP_SLOTS)]
+        assert len({derived_port(str(j), str(s)) for j, s in keys}) == len(keys)
+
+    def test_ids_sharing_last_four_digits_do_not_collide(self) -> None:
+        ports = [derived_port(str(prefix * 10000 + 4321), "0") for prefix in range(1, 60)]
+        assert len(set(ports)) == len(ports)
+
+    def test_batch_step_differs_from_step_zero(self) -> None:
+        assert derived_port("4242", None) != derived_port("4242", "0")
+
+
+def test_the_bash_expression_is_the_derived_port_of_step_zero() -> None:
+    job = 123_457
+    expr = RDZV_PORT_EXPR.removeprefix("$((").removesuffix("))").replace("SLURM_JOB_ID", str(job))
+    left_to_right = eval(expr)  # bash and Python both evaluate `*` and `%` left to right
+    assert left_to_right == derived_port(str(job), "0")
+
+
+def test_master_port_set_wins_then_the_job_then_a_free_port() -> None:
+    job = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "1"}
+    assert master_port({**job, "MASTER_PORT": "29500"}, no_port) == 29500
+    assert master_port(job, no_port) == derived_port("4242", "1")
+    assert master_port({}, lambda: 4711) == 4711
+
+
+@pytest.mark.parametrize("value", ["0", "65536", "-1"])
+def test_a_master_port_outside_tcp_ports_is_refused_with_the_fix(value: str) -> None:
+    with pytest.raises(EnvError, match=rf"MASTER_PORT={int(value)} is not a TCP port \(1-65535\)") as info:
+        port_number(value)
+    assert "unset MASTER_PORT" in (info.value.hint or "")
+
+
+def test_a_free_port_is_free_on_loopback() -> None:
+    port = find_free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))

@@ -1,0 +1,62 @@
+"""A Slurm step's layout from its variables: nodes, tasks per node, task 0's host, the job id."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchslurm.errors import EnvError
+from torchslurm.runtime.slurmlayout import (
+    first_node,
+    idle_job_nodes,
+    slurm_job_id,
+    slurm_nodes,
+    step_node_count,
+    tasks_per_node,
+)
+
+
+def test_the_step_node_list_comes_before_the_jobs() -> None:
+    assert slurm_nodes({"SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_NODELIST": "gpu[01-04]"}) == ["gpu07", "gpu08"]
+    assert slurm_nodes({"SLURM_JOB_NODELIST": "gpu[01-02]"}) == ["gpu01", "gpu02"]
+    assert slurm_nodes({}) == []
+
+
+def test_a_malformed_node_list_names_the_variable() -> None:
+    with pytest.raises(EnvError, match=r"SLURM_STEP_NODELIST='gpu\[07-' is not a valid Slurm hostlist"):
+        slurm_nodes({"SLURM_STEP_NODELIST": "gpu[07-"})
+
+
+def test_task_zeros_host_is_the_first_node_or_loopback_alone() -> None:
+    assert first_node(["gpu07", "gpu08"], 2) == "gpu07"
+    assert first_node([], 1) == "127.0.0.1"
+    with pytest.raises(EnvError, match="cannot tell which host runs rank 0") as info:
+        first_node([], 2)
+    assert "MASTER_ADDR=$(scontrol show hostnames" in (info.value.hint or "")
+
+
+def test_tasks_per_node_in_slurms_compressed_form() -> None:
+    assert tasks_per_node({"SLURM_STEP_TASKS_PER_NODE": "2(x3),1", "SLURM_TASKS_PER_NODE": "9"}, 4) == [2, 2, 2, 1]
+    assert tasks_per_node({"SLURM_TASKS_PER_NODE": "4"}, 0) == [4]
+    with pytest.raises(EnvError, match=r"lists 2 node\(s\) but the step node list has 3"):
+        tasks_per_node({"SLURM_STEP_TASKS_PER_NODE": "2(x2)"}, 3)
+    with pytest.raises(EnvError, match="cannot tell how many ranks run on this node"):
+        tasks_per_node({}, 1)
+
+
+def test_an_array_task_is_named_as_scontrol_takes_it() -> None:
+    assert slurm_job_id({"SLURM_JOB_ID": "101", "SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "1"}) == "100_1"
+    assert slurm_job_id({"SLURM_JOB_ID": "101"}) == "101"
+    assert slurm_job_id({}) is None
+
+
+def test_step_nodes_are_counted_only_inside_a_step() -> None:
+    assert step_node_count({"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "3"}) == 3
+    assert step_node_count({"SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n[1-2]"}) == 2
+    assert step_node_count({"SLURM_STEP_NUM_NODES": "3"}) == 0
+
+
+def test_torchrun_in_the_batch_shell_of_a_multi_node_job_leaves_nodes_idle() -> None:
+    (warning,) = idle_job_nodes({"SLURM_JOB_NUM_NODES": "4"}, 1)
+    assert "this Slurm job has 4 nodes" in warning.message and "the other nodes stay idle" in warning.message
+    assert idle_job_nodes({"SLURM_JOB_NUM_NODES": "4", "SLURM_STEP_ID": "0"}, 1) == ()
+    assert idle_job_nodes({"SLURM_JOB_NUM_NODES": "1"}, 1) == ()

@@ -1,0 +1,44 @@
+"""Reading launcher variables strictly: every refusal names the variable, its value and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchslurm.errors import EnvError
+from torchslurm.runtime.variables import check_rank, first_set, require, whole_number
+
+
+@pytest.mark.parametrize(("value", "number"), [("7", 7), (" 12 ", 12), ("-1", -1), ("+3", 3)])
+def test_whole_numbers_as_slurm_writes_them(value: str, number: int) -> None:
+    assert whole_number("SLURM_PROCID", value) == number
+
+
+@pytest.mark.parametrize("value", ["12_0", "٣", "3.0", "", "0x10", "three"])
+def test_what_int_would_take_or_misread_is_refused(value: str) -> None:
+    with pytest.raises(EnvError, match=rf"SLURM_PROCID={value!r} is not an integer") as info:
+        whole_number("SLURM_PROCID", value)
+    assert info.value.hint == "unset SLURM_PROCID or set it to a whole number."
+
+
+def test_the_first_spelling_that_is_set_wins() -> None:
+    environ = {"SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "2"}
+    assert first_set(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") == "2"
+    assert first_set({"SLURM_NTASKS": "4"}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") == "4"
+    assert first_set({}, "SLURM_NNODES", default="1") == "1"
+    with pytest.raises(EnvError, match="none of SLURM_NNODES, SLURM_JOB_NUM_NODES is set"):
+        first_set({}, "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+
+
+def test_half_a_set_names_what_is_missing_and_what_is_there() -> None:
+    with pytest.raises(EnvError, match=r"torchrun, but WORLD_SIZE not set \(RANK=1\): half a torchrun") as info:
+        require({"RANK": "1"}, ("RANK", "WORLD_SIZE"), "torchrun", "start it with torchrun")
+    assert info.value.hint == "start it with torchrun"
+    require({"RANK": "1", "WORLD_SIZE": "2"}, ("RANK", "WORLD_SIZE"), "torchrun", "")
+
+
+def test_ranks_lie_inside_their_size() -> None:
+    check_rank("RANK", 3, "WORLD_SIZE", 4)
+    with pytest.raises(EnvError, match=r"RANK=4 is outside 0..3 \(WORLD_SIZE=4\)"):
+        check_rank("RANK", 4, "WORLD_SIZE", 4)
+    with pytest.raises(EnvError, match="WORLD_SIZE=0 must be at least 1"):
+        check_rank("RANK", 0, "WORLD_SIZE", 0)
