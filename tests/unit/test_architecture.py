@@ -24,7 +24,6 @@ MAX_LINES = 400
 TESTED_ELSEWHERE = {
     "torchslurm.errors": "tests/unit/cli/test_errors.py",
     "torchslurm.train.trainer": "tests/multiproc/test_trainer.py",
-    "torchslurm.train.topology": "tests/multiproc/test_trainer.py",
     "torchslurm.cli.bench": "tests/multiproc/test_doctor_bench.py",
     "torchslurm.cli.cancel": "tests/unit/cli/test_jobs_ux.py",
     "torchslurm.cli.logs": "tests/unit/cli/test_jobs_ux.py",
