@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import inspect
+import re
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +51,38 @@ def test_job_names_import_on_a_login_node_without_torch(without_torch: WithoutTo
                            "print(torchslurm.__version__)")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == torchslurm.__version__
+
+
+# What the previous release's README, docs and examples import from modules below the package: users
+# copied these lines, so they keep working whatever moves behind them.
+PREVIOUS_RELEASE_IMPORTS = {
+    "torchslurm.train.trainer": ["FitResult", "TrainConfig", "Trainer", "seed_everything"],
+    "torchslurm.train.config": ["TrainConfig"],
+    "torchslurm.errors": ["TorchSlurmError", "ConfigError", "CheckpointError"],
+    "torchslurm.cli.train": ["add_arguments", "from_arguments"],
+    "torchslurm.train.fsdp": ["shard_model"],
+    "torchslurm.train.text": ["stdlib_text"],
+    "torchslurm.train.models": ["GPT", "SimpleConvNet", "SimpleModel"],
+    "torchslurm.train.data": [],
+    "torchslurm.train.tasks": [],
+}
+_IMPORT = re.compile(r"^\s*from (torchslurm[\w.]*) import ([\w, ]+)$", re.M)
+_ROOT = Path(__file__).parents[2]
+
+
+def documented_imports() -> dict[str, set[str]]:
+    """Every `from torchslurm… import …` line in the README, docs/ and examples/ today."""
+    found: dict[str, set[str]] = {}
+    for path in [_ROOT / "README.md", *(_ROOT / "docs").rglob("*.md"), *(_ROOT / "examples").rglob("*.py")]:
+        for module, names in _IMPORT.findall(path.read_text()):
+            found.setdefault(module, set()).update(name.strip() for name in names.split(",") if name.strip())
+    return found
+
+
+@pytest.mark.parametrize("module", sorted({*PREVIOUS_RELEASE_IMPORTS, *documented_imports()}))
+def test_names_users_import_from_modules_still_resolve(module: str) -> None:
+    loaded = importlib.import_module(module)
+    names = {*PREVIOUS_RELEASE_IMPORTS.get(module, ()), *documented_imports().get(module, ())}
+    missing = sorted(name for name in names if not hasattr(loaded, name)
+                     and importlib.util.find_spec(f"{module}.{name}") is None)
+    assert not missing, f"{module} no longer has {missing}"
