@@ -2,8 +2,9 @@
 
 The same state (a GPT's model and AdamW state, `--dim`/`--layers` set its size) saved by:
 - bare: `torch.save` of model and optimizer state into one file, nothing else (the yardstick);
-- rank-0 single file: torchslurm's format-1 `checkpoint.save` (torch.save + sha256 + fsync + rename);
-- sync: the Trainer's save on the training thread, `train.dcp.Writer.save` (format 2: tensors.pt,
+- rank-0 single file: torchslurm's first format, as the test helper `write_format1` writes it (torch.save +
+  sha256 + fsync + rename);
+- sync: the Trainer's save on the training thread, `checkpoint.writer.Writer.save` (format 2: tensors.pt,
   rank files, checksums, COMPLETE, rename), as under DDP or in one process; its fsyncs follow on a
   thread (the time until they are done is reported too: neither bare nor the peers' torch.save
   fsync at all);
@@ -23,6 +24,7 @@ in a process group of this one rank, over loopback): the per-rank cost.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -37,8 +39,23 @@ import torch.distributed as dist
 from torch import nn
 
 from torchslurm.runtime.ports import find_free_port
-from torchslurm.train import checkpoint, dcp, fsdp
+from torchslurm.train import fsdp
+from torchslurm.train.checkpoint.layout import FORMAT, Pruner
+from torchslurm.train.checkpoint.state import split_state
+from torchslurm.train.checkpoint.writer import Snapshot, Writer
 from torchslurm.train.models import GPT
+from torchslurm.train.rng import rng_state
+
+_FORMAT1 = Path(__file__).parents[1] / "tests" / "unit" / "train" / "checkpoint" / "format1.py"
+
+
+def _format1_writer() -> Callable[..., Path]:
+    """The first format's writer, kept as a test helper (the Trainer writes format 2)."""
+    spec = importlib.util.spec_from_file_location("format1", _FORMAT1)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write_format1  # type: ignore[no-any-return]
 
 
 def trained_gpt(dim: int, layers: int, shard: bool = False) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -70,7 +87,9 @@ def main() -> None:
     model, optimizer = trained_gpt(args.dim, args.layers)
     sharded, sharded_optimizer = trained_gpt(args.dim, args.layers, shard=True)
     root = Path(tempfile.mkdtemp(prefix="stall-", dir=args.dir))
-    writer = dcp.Writer()
+    writer = Writer()
+    pruner = Pruner()
+    write_format1 = _format1_writer()
     background: list[float] = []
     durable: list[float] = []
 
@@ -79,12 +98,12 @@ def main() -> None:
 
     def single_file(step: int) -> None:
         state = {"format": 1, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
-        checkpoint.save(root / "single", step, state, keep_last=1)
+        write_format1(root / "single", step, state, keep_last=1, pruner=pruner)
 
-    def snapshot(step: int, way: str, staged: bool = False) -> dcp.Snapshot:
-        tensors, plain = dcp.split_state(*((sharded, sharded_optimizer) if way == "fsdp" else (model, optimizer)))
-        return dcp.Snapshot(root / way, step, writer.stage(tensors) if staged else tensors,
-                            {"rng": checkpoint.rng_state()}, {"format": dcp.FORMAT, "optim_plain": plain}, 1)
+    def snapshot(step: int, way: str, staged: bool = False) -> Snapshot:
+        tensors, plain = split_state(*((sharded, sharded_optimizer) if way == "fsdp" else (model, optimizer)))
+        return Snapshot(root / way, step, writer.stage(tensors) if staged else tensors,
+                        {"rng": rng_state()}, {"format": FORMAT, "optim_plain": plain}, 1)
 
     def sync(step: int) -> None:
         writer.save(snapshot(step, "sync"))
@@ -104,7 +123,8 @@ def main() -> None:
         and every dirty page on disk, so that no way pays for the write-back of another's bytes."""
         for old in root.glob("bare-*.pt"):
             old.unlink()
-        checkpoint.wait_for_deletes()
+        writer.close()
+        pruner.wait()
         os.sync()
 
     for step in range(1, args.warmup + args.rounds + 1):

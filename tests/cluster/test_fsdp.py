@@ -79,10 +79,10 @@ def _job(cluster: Cluster, run_dir: Path, *args: str) -> str:
 
 
 def _final_model(run_dir: Path) -> tuple[int, dict[str, Any]]:
-    from torchslurm.train import checkpoint, dcp
+    from torchslurm.train import checkpoint
 
     step, folder = checkpoint.complete(run_dir / "checkpoints")[-1]
-    return step, dcp.read_model(folder)
+    return step, checkpoint.read_model(folder)
 
 
 def _records(run_dir: Path, kind: str = "step") -> list[dict[str, Any]]:

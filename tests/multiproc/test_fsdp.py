@@ -129,7 +129,7 @@ def _load_worker(ctx: Any, out: Path) -> dict[str, Any]:
     import torch
 
     trainer = _trainer(ctx, out / "four")
-    resumed = trainer._resume()
+    resumed = trainer.restore()
     expected = torch.load(out / "four-state.pt", weights_only=True)
     return {"resumed": resumed, "step": trainer.global_step, "equal": _same(expected, _full(trainer))}
 
@@ -143,8 +143,8 @@ def _switch_worker(ctx: Any, out: Path) -> dict[str, Any]:
         expected = _full(trainer)
         resumed = _trainer(ctx, out / saved, strategy=loaded)
         found[f"{saved} to {loaded}"] = {
-            "resumed": [resumed._resume(), resumed.global_step], "equal": _same(expected, _full(resumed)),
-            "files": sorted(str(p.relative_to(trainer._last_checkpoint)) for p in trainer._last_checkpoint.rglob("*")
+            "resumed": [resumed.restore(), resumed.global_step], "equal": _same(expected, _full(resumed)),
+            "files": sorted(str(p.relative_to(trainer.checkpointer.last)) for p in trainer.checkpointer.last.rglob("*")
                             if p.is_file()) if ctx.is_main else []}
     return found
 
@@ -173,7 +173,7 @@ def _fp16_worker(ctx: Any, out: Path) -> dict[str, Any]:
     trainer.save()
     resumed = _trainer(ctx, out / f"clip-{clip}")
     resumed.scaler = make_scaler("fp16", "cpu")
-    resumed._resume()
+    resumed.restore()
     mine["resumed scale"] = resumed.scaler.get_scale()
     mine["fp16 policy"] = _fp16_policy_dtypes()
     gathered: list[Any] = [None] * ctx.world_size

@@ -47,11 +47,14 @@ def _parts(run_dir: Path, seed: int = 0, **overrides: Any) -> tuple[Any, ...]:
     return model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg
 
 
-def _fit(ctx: Any, run_dir: Path, stop_at: int | None = None, **overrides: Any) -> tuple[Any, Any]:
+def _fit(ctx: Any, run_dir: Path, stop_at: int | None = None, overlap_min_bytes: int | None = None,
+         **overrides: Any) -> tuple[Any, Any]:
     from torchslurm.train.trainer import Trainer
 
     model, optimizer, loss_fn, train, val, cfg = _parts(run_dir, **overrides)
     trainer = Trainer(model, optimizer, loss_fn, train, val, cfg, ctx=ctx)
+    if overlap_min_bytes is not None:
+        trainer.checkpointer.overlap_min_bytes = overlap_min_bytes
     if stop_at is not None:  # the preemption seam: ranks agree because global_step is the same everywhere
         trainer.should_stop = lambda: trainer.global_step == stop_at
     return trainer, trainer.fit()
@@ -113,16 +116,8 @@ def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
 def _beside_worker(ctx: Any, out: Path) -> dict[str, Any]:
     """Epoch-end checkpoints written beside validation (any size: the threshold at 0) against ones
     written first on the training thread: the same weights, metrics and resume."""
-    from torchslurm.train import dcp, resume
-
     first, _ = _fit(ctx, out / "first")
-    resume.OVERLAP_MIN_BYTES = 0
-    started: list[bool] = []
-    start = dcp.Writer.start
-    dcp.Writer.start = lambda self, snap, defer_fsync=False: (started.append(defer_fsync),  # type: ignore[method-assign]
-                                                              start(self, snap, defer_fsync))[1]
-    beside, _ = _fit(ctx, out / "beside")
-    dcp.Writer.start = start  # type: ignore[method-assign]
+    beside, _ = _fit(ctx, out / "beside", overlap_min_bytes=0)
     _fit(ctx, out / "resumed", epochs=2)
     resumed, _ = _fit(ctx, out / "resumed")
     background, _ = _fit(ctx, out / "async", checkpoint_async=True)
@@ -132,7 +127,7 @@ def _beside_worker(ctx: Any, out: Path) -> dict[str, Any]:
         "beside_metrics_equal": _epoch_metrics(out / "first") == _epoch_metrics(out / "beside"),
         "beside_resumed_equal": _same(weights, resumed.model.state_dict()),
         "async_equal": _same(weights, background.model.state_dict()),
-        "beside_started": started,
+        "beside_written": beside.checkpointer.written,
         "checkpoints": {name: [p.name for p in sorted((out / name / "checkpoints").iterdir())]
                         for name in ("first", "beside", "resumed", "async")},
     }
@@ -194,7 +189,7 @@ def test_epoch_checkpoints_written_beside_validation_change_nothing(tmp_path: Pa
     assert r["beside_equal"] and r["beside_metrics_equal"], "a checkpoint written beside validation changed training"
     assert r["beside_resumed_equal"], "resuming from a checkpoint written beside validation must be bitwise"
     assert r["async_equal"]
-    assert r["beside_started"] == [True, True, True]  # each epoch's save went to the background
+    assert r["beside_written"] == ["beside"] * 3  # each epoch's save went beside validation
     steps = ["step-000000046", "step-000000069"]  # keep_last=2 of 23, 46, 69
     assert r["checkpoints"] == {"first": steps, "beside": steps, "resumed": steps, "async": steps}
     log = r["log"]

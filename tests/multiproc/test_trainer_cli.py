@@ -48,9 +48,7 @@ def _preempted(run_dir: Path) -> tuple[int, str]:
 
 def _final_model(run_dir: Path) -> dict[str, torch.Tensor]:
     _step, path = checkpoint.complete(run_dir / "checkpoints")[-1]
-    from torchslurm.train import dcp
-
-    return dcp.read_model(path)
+    return checkpoint.read_model(path)
 
 
 def test_demo_reaches_90_percent_and_resumes_bitwise_after_preemption(tmp_path: Path) -> None:

@@ -12,11 +12,13 @@ WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 
 SRC = Path(__file__).parents[2] / "src"
 # Modules that train, and so import torch at the top; every other module must import without it.
-TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "torchslurm.train.checkpoint",
+TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "torchslurm.train.rng",
                  "torchslurm.train.metrics", "torchslurm.train.data", "torchslurm.train.models",
-                 "torchslurm.train.watchdog", "torchslurm.train.dcp", "torchslurm.train.fsdp",
+                 "torchslurm.train.watchdog", "torchslurm.train.fsdp",
                  "torchslurm.train.strategy", "torchslurm.train.tasks", "torchslurm.train.text",
-                 "torchslurm.train.hashed", "torchslurm.train.resume",
+                 "torchslurm.train.checkpoint.hashed", "torchslurm.train.checkpoint.reading",
+                 "torchslurm.train.checkpoint.state", "torchslurm.train.checkpoint.writer",
+                 "torchslurm.train.checkpoint.checkpointer",
                  "torchslurm.doctor.bench"}
 TORCH_FREE_MODULES = sorted(
     name for name in (".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")

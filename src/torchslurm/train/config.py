@@ -17,6 +17,7 @@ import yaml
 
 from torchslurm.configfile import load_yaml, read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError, below_minimum, not_one_of
+from torchslurm.train.checkpoint.layout import CHECKPOINTS, MARKER, STATE_FILE, folder_of, step_dir
 from torchslurm.train.preflight import run_dir_problem
 
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -187,10 +188,6 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
     return {"int": int, "float": float, "bool": bool, "str": str, "Path": Path}[base](value)
 
 
-# checkpoint.STATE_FILE and checkpoint.MARKER, spelled here because checkpoint imports torch.
-_CHECKPOINT_FILES = ("state.pt", "COMPLETE")
-
-
 def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> None:
     """What the ranks would trip over only after their start-up, checked before any rank starts:
     the paths (an effect, so not in `__post_init__`) and amp=fp16 without a GPU. `cuda_devices`:
@@ -215,14 +212,14 @@ def _resume_problem(resume: str, run_dir: Path) -> ConfigError | None:
     if resume in ("auto", "never"):
         return None
     path = Path(resume)
-    folder = path.parent if path.name == _CHECKPOINT_FILES[0] else path
+    folder = folder_of(path)
     hint = (f"resume=auto continues from the newest checkpoint in run_dir (resume=never starts afresh), "
-            f"or name one: resume={run_dir / 'checkpoints' / 'step-000000100'}.")
+            f"or name one: resume={step_dir(run_dir / CHECKPOINTS, 100)}.")
     if not folder.is_dir():
         seen = "is a file, not a folder" if folder.exists() else "no such folder"
         return ConfigError(f"resume={resume!r}: {seen}; expected auto, never or a checkpoint folder (a step-N "
                            "directory written by torchslurm).", hint)
-    missing = [name for name in _CHECKPOINT_FILES if not (folder / name).is_file()]
+    missing = [name for name in (STATE_FILE, MARKER) if not (folder / name).is_file()]
     if missing:
         return ConfigError(f"resume={resume!r}: {folder} has no {' or '.join(missing)}, so it is not a complete "
                            "torchslurm checkpoint; expected auto, never or a step-N directory.", hint)

@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
@@ -28,8 +27,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.slurm import run_command_status
-from torchslurm.train import checkpoint, dcp, resume
-from torchslurm.train.checkpoint import rng_state, seed_everything, set_rng_state
+from torchslurm.train.checkpoint.checkpointer import Checkpointer, TrainProgress
+from torchslurm.train.checkpoint.layout import CHECKPOINTS
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.data import ShardSampler, SkipSampler, batches
 from torchslurm.train.events import EventWriter
@@ -37,6 +36,7 @@ from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduc
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import run_dir_problem
 from torchslurm.train.requeue import Runner, requeues_after_failure
+from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
 from torchslurm.train.strategy import Strategy, make_scaler
 from torchslurm.train.tasks import Task, classification
 from torchslurm.train.topology import topology
@@ -122,9 +122,11 @@ class Trainer:
         self.curves = CurvePlotter(config.run_dir / "curves.png", self.log.records)
         self.epoch, self.batches_done, self.global_step = 0, 0, 0
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
-        self._last_checkpoint: Path | None = None
-        self._saved_step = -1
-        self._writer = dcp.Writer()
+        self.checkpointer = Checkpointer(
+            self.checkpoint_dir, self.model, optimizer, rank=self.topo.rank, world_size=self.topo.world_size,
+            keep_last=config.keep_last, config=config.to_dict(), background=config.checkpoint_async,
+            order={"world_size": self.topo.world_size, "batch_size": config.batch_size, "seed": config.seed,
+                   "grad_accum_steps": config.grad_accum_steps})
 
     @property
     def lr_factor(self) -> float:
@@ -146,10 +148,9 @@ class Trainer:
                 self._protect(stack, self._preemption)
             try:
                 result = self._fit()
-                self._writer.finish(self.checkpoint_dir, self.config.keep_last)
+                self.checkpointer.finish()
             finally:
-                self._writer.wait()  # a preemption stop or the end: the requeued job finds it complete
-                checkpoint.wait_for_deletes()
+                self.checkpointer.close()  # a preemption stop or the end: the requeued job finds it complete
             if result.stopped_early and self._preemption is not None:
                 result = replace(result, exit_code=self._preemption.finish(self.topo.rank))
         return result
@@ -164,8 +165,8 @@ class Trainer:
 
     def _fit(self) -> FitResult:
         self._settle_ddp_buckets()
-        self._writer.open()  # before the first step: the epoch-end saves are written beside validation
-        if not self._resume():
+        self.checkpointer.open()  # before the first step: the epoch-end saves are written beside validation
+        if not self.restore():
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
         self._announce()
         val: Totals | None = None
@@ -176,16 +177,16 @@ class Trainer:
             started = time.perf_counter()
             seen = self._train_epoch()
             if seen is None:
-                if self._saved_step != self.global_step:  # not just saved by checkpoint_every_steps
+                if self.checkpointer.saved_step != self.global_step:  # not just saved by checkpoint_every_steps
                     self.save()
                 if self.is_main:
                     logger.info("stopping early at epoch %d step %d", self.epoch + 1, self.global_step)
-                return FitResult(True, self.epoch, self.global_step, val, self._last_checkpoint,
+                return FitResult(True, self.epoch, self.global_step, val, self.checkpointer.last,
                                  self.config.run_dir)
             val = self._finish_epoch(seen, time.perf_counter() - started)
         if val is None:  # resumed a finished run: still report its validation metrics
             val = self.evaluate()
-        return FitResult(False, self.epoch, self.global_step, val, self._last_checkpoint, self.config.run_dir)
+        return FitResult(False, self.epoch, self.global_step, val, self.checkpointer.last, self.config.run_dir)
 
     def _settle_ddp_buckets(self) -> None:
         """One throw-away forward/backward so DDP's bucket layout is final before the first real step.
@@ -329,24 +330,14 @@ class Trainer:
         """Validate, reduce the epoch's sums, log the per-epoch line, write metrics and plot; the
         epoch's checkpoint, when one is due, is written meanwhile in the background (validation
         changes neither model nor optimizer, nor, see _validation_sums, the random streams), so an
-        epoch end costs what validation costs (a small state is written first: resume.save).
+        epoch end costs what validation costs (a small state is written first: Checkpointer.beside).
         Validation's and training's sums travel in one all_reduce: the epoch end's only collective
         on the training thread."""
         local_train = torch.cat([self._sums, torch.tensor([float(seen)], dtype=torch.float64, device=self.device)])
         self.epoch, self.batches_done = self.epoch + 1, 0
         self._sums.zero_()
-        logged = threading.Event()
-        saving = self._checkpoint_due()
-        path = resume.save(self, beside=logged) if saving else None
-        try:
-            val = self._report_epoch(local_train, elapsed_s)
-        finally:
-            logged.set()
-        if saving:
-            if not self.config.checkpoint_async:
-                self._writer.wait_written()
-            resume.announce(self, path, ", writing in the background" if self.config.checkpoint_async else "")
-        return val
+        with self.checkpointer.beside(self.progress()) if self._checkpoint_due() else nullcontext():
+            return self._report_epoch(local_train, elapsed_s)
 
     def _report_epoch(self, local_train: torch.Tensor, elapsed_s: float) -> Totals:
         local_val = self._validation_sums(None)
@@ -418,19 +409,42 @@ class Trainer:
     # ---- checkpoints ------------------------------------------------------------------------
     @property
     def checkpoint_dir(self) -> Path:
-        return self.config.run_dir / "checkpoints"
+        return self.config.run_dir / CHECKPOINTS
+
+    def progress(self) -> TrainProgress:
+        """Where the run stands now, as a checkpoint records it (call it at a step boundary)."""
+        return TrainProgress(self.epoch, self.batches_done, self.global_step, self._sums.tolist(), rng_state(),
+                             self.scaler.state_dict(), self.scheduler.state_dict() if self.scheduler else {})
 
     def save(self) -> Path | None:
-        """Checkpoint at the current step boundary (train.dcp: every rank writes its own shard).
+        """Checkpoint at the current step boundary (every rank writes its own files; train.checkpoint).
         Every rank must call it. With checkpoint_async the tensors are copied to CPU memory here
         and written in the background (after the previous background save, if one is in flight);
         the returned folder is complete once `wait_for_checkpoint()` returns."""
-        return resume.save(self)
+        return self.checkpointer.save(self.progress())
 
     def wait_for_checkpoint(self) -> None:
         """Return once a background save is complete (at once without one); raise its error."""
-        self._writer.wait()
+        self.checkpointer.wait()
 
-    def _resume(self) -> bool:
-        """Load model, optimizer, position and RNG states; False when starting fresh."""
-        return resume.resume(self)
+    def restore(self) -> bool:
+        """Load model, optimizer, position and RNG states from the checkpoint config.resume names, as
+        fit() does first; False when there is none (a fresh start). Every rank must call it."""
+        progress = self.checkpointer.restore(self.config.resume)
+        if self.is_main:
+            self.log.keep_until(progress.global_step if progress else 0)
+        if progress is None:
+            return False
+        self.scaler.load_state_dict(progress.scaler)
+        if self.scheduler is not None and progress.scheduler:
+            self.scheduler.load_state_dict(progress.scheduler)
+        if self.scheduler is None:  # the config's lr is the truth (world size or lr may have changed)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.lr * self.lr_factor
+        self.epoch, self.batches_done, self.global_step = progress.epoch, progress.batches_done, progress.global_step
+        if progress.rng is None:  # another data order: fresh streams, the epoch's sums start over
+            seed_everything(self.config.seed + self.topo.rank + 1000 * self.epoch)
+        else:
+            set_rng_state(progress.rng)
+            self._sums = torch.tensor(progress.sums, dtype=torch.float64, device=self.device)
+        return True

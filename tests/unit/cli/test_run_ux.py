@@ -150,12 +150,6 @@ def test_resume_takes_a_complete_checkpoint_folder_or_its_state_file(cli: Run, t
     assert cli("train", "--dry-run", "resume=never")[0] == 0
 
 
-def test_checkpoint_file_names_match_the_checkpoint_module() -> None:
-    from torchslurm.train import checkpoint, config
-
-    assert config._CHECKPOINT_FILES == (checkpoint.STATE_FILE, checkpoint.MARKER)
-
-
 def test_fp16_without_a_gpu_is_refused_before_the_ranks_start(cli: Run) -> None:
     code, out, err = cli("train", "--dry-run", "amp=fp16")
     assert (code, out) == (2, "")

@@ -5,7 +5,7 @@ Each write goes to the file and into the digest at once: a large write is checks
 thread while this thread hands the same buffer to the kernel (both release the GIL), so with a
 spare core the checksum costs nothing. The digest is of the exact bytes given to the file, as a
 read-back from the page cache would give. Nothing here fsyncs: the caller decides when the files
-must be on disk (train.dcp).
+must be on disk (checkpoint.writer).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.utils.serialization import config as serialization_config
 
-from torchslurm.train import checksum
+from torchslurm.train.checkpoint import integrity
 
 PARALLEL_BYTES = 1 << 20
 """Writes at least this large are checksummed on the helper thread; smaller ones inline (a hand-off
@@ -41,7 +41,7 @@ class HashingWriter(io.RawIOBase):
     def __init__(self, file: IO[bytes], pool: ThreadPoolExecutor | None = None) -> None:
         super().__init__()
         self._file, self._pool = file, pool
-        self._digest = checksum.new()
+        self._digest = integrity.new()
         self._small = bytearray()
 
     def writable(self) -> bool:

@@ -1,0 +1,62 @@
+"""The folder protocol: step-N folders that count once COMPLETE exists, staging, pruning, leftovers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tests.unit.train.checkpoint.format1 import write_format1
+
+from torchslurm.train import checkpoint
+from torchslurm.train.checkpoint.layout import Pruner, folder_of, rank_file, staging_dir, step_dir
+
+
+def _state(step: int) -> dict[str, object]:
+    return {"step": step, "weights": torch.full((3,), float(step)), "rng": [1, 2, 3], "cfg": {"lr": 0.1}}
+
+
+def test_keep_last_keeps_newest_complete(tmp_path: Path) -> None:
+    pruner = Pruner()
+    for step in (1, 2, 3, 4):
+        write_format1(tmp_path, step, _state(step), keep_last=2, pruner=pruner)
+    assert [s for s, _ in checkpoint.complete(tmp_path)] == [3, 4]
+    assert not list(tmp_path.glob(".staging-*"))
+    pruner.wait()  # the older ones were renamed away at once, then deleted in the background
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000003", "step-000000004"]
+
+
+def test_resaving_a_step_replaces_it(tmp_path: Path) -> None:
+    write_format1(tmp_path, 5, _state(5))
+    write_format1(tmp_path, 5, {**_state(5), "extra": 1})
+    assert checkpoint.load(tmp_path / "step-000000005")["extra"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000000005"]
+
+
+def test_a_writer_killed_mid_save_leaves_nothing_that_counts(tmp_path: Path) -> None:
+    write_format1(tmp_path, 1, _state(1))
+    dead = tmp_path / ".staging-000000002-99999"  # what kill -9 during torch.save leaves behind
+    dead.mkdir()
+    (dead / "state.pt").write_bytes(b"half a file")
+    assert [s for s, _ in checkpoint.complete(tmp_path)] == [1]
+    assert checkpoint.load_latest(tmp_path) is not None
+    write_format1(tmp_path, 3, _state(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000001", "step-000000003"]
+
+
+def test_the_names_of_a_checkpoints_parts() -> None:
+    root = Path("/runs/a/checkpoints")
+    assert step_dir(root, 7) == root / "step-000000007"
+    assert staging_dir(root, 7, "1f2e") == root / ".staging-000000007-1f2e"
+    assert rank_file(12) == "rank-00012.pt"
+    folder = root / "step-000000007"
+    assert folder_of(folder / "state.pt") == folder_of(folder) == folder
+
+
+def test_only_folders_with_a_marker_count_oldest_first(tmp_path: Path) -> None:
+    for step, marked in ((10, True), (2, True), (30, False)):
+        step_dir(tmp_path, step).mkdir()
+        if marked:
+            (step_dir(tmp_path, step) / "COMPLETE").write_text("{}")
+    (tmp_path / "notes").mkdir()
+    assert checkpoint.complete(tmp_path) == [(2, step_dir(tmp_path, 2)), (10, step_dir(tmp_path, 10))]
+    assert checkpoint.complete(tmp_path / "absent") == []
