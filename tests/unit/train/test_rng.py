@@ -1,0 +1,35 @@
+"""Random streams captured and put back: python, numpy and torch draw the same numbers again."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
+
+
+def _draws() -> tuple[float, float, list[float]]:
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+
+def test_a_captured_state_draws_the_same_numbers_again_after_a_checkpoint_file(tmp_path: Path) -> None:
+    seed_everything(5)
+    _draws()
+    state = rng_state()
+    expected = _draws()
+    torch.save(state, tmp_path / "rng.pt")  # as a checkpoint stores it, loaded as a checkpoint loads it
+    seed_everything(99)
+    set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
+    assert _draws() == expected
+
+
+def test_seeding_fixes_every_stream_and_different_seeds_differ() -> None:
+    seed_everything(1)
+    first = _draws()
+    seed_everything(1)
+    assert _draws() == first
+    seed_everything(2)
+    assert _draws() != first
