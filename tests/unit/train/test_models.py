@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from torchslurm.errors import ConfigError
-from torchslurm.train.models import SimpleConvNet, SimpleModel
+from torchslurm.train.models import GPT, Block, SimpleConvNet, SimpleModel
 
 
 @pytest.mark.parametrize("size", [28, 8])
@@ -23,3 +23,9 @@ def test_simple_model_is_10_50_2() -> None:
     model = SimpleModel()
     assert (model.net1.in_features, model.net1.out_features, model.net2.out_features) == (10, 50, 2)
     assert model(torch.zeros(4, 10)).shape == (4, 2)
+
+
+def test_gpt_logits_shape_and_flops() -> None:
+    model = GPT(block_size=8, dim=16, layers=1, heads=2)
+    assert model(torch.zeros(2, 8, dtype=torch.long)).shape == (2, 8, 256)
+    assert model.flops_per_token() > 6 * sum(p.numel() for p in Block(16, 2).parameters())
