@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
@@ -35,6 +34,7 @@ from torchslurm.train.events import EventWriter
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import run_dir_problem
+from torchslurm.train.report import RunReport
 from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
 from torchslurm.train.strategy import Strategy, make_scaler
@@ -120,6 +120,7 @@ class Trainer:
         self.log = MetricsLog(config.run_dir / "metrics.jsonl",
                               EventWriter(config.run_dir / "tensorboard") if self.is_main else None)
         self.curves = CurvePlotter(config.run_dir / "curves.png", self.log.records)
+        self.report = RunReport(self.topo, config, self.task, self.log, self.curves)
         self.epoch, self.batches_done, self.global_step = 0, 0, 0
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
         self.checkpointer = Checkpointer(
@@ -168,7 +169,7 @@ class Trainer:
         self.checkpointer.open()  # before the first step: the epoch-end saves are written beside validation
         if not self.restore():
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
-        self._announce()
+        self.report.start(self.lr_factor)
         val: Totals | None = None
         if self.epoch >= self.config.epochs and self.is_main:
             logger.info("%s already holds all %d epochs: nothing to train (set epochs above %d to "
@@ -215,7 +216,7 @@ class Trainer:
         window = torch.zeros(3, dtype=torch.float64, device=self.device)
         tick = time.perf_counter()
         self.ddp.train()
-        bar = self._progress_bar(total)
+        bar = self.report.progress_bar(self.epoch, self.batches_done, total)
         for inputs, targets in loader:
             inputs = inputs.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
@@ -234,7 +235,8 @@ class Trainer:
                 continue
             self._optimizer_step()
             if cfg.log_every and self.global_step % cfg.log_every == 0:
-                tick = self._log_progress(window, tick, total)
+                tick = self.report.steps(window, tick, epoch=self.epoch, batch=self.batches_done, total=total,
+                                         step=self.global_step, lr=self.optimizer.param_groups[0]["lr"])
                 window.zero_()
             if cfg.checkpoint_every_steps and self.global_step % cfg.checkpoint_every_steps == 0 \
                     and self.batches_done < total:
@@ -344,67 +346,13 @@ class Trainer:
         n = local_val.numel()
         reduced = all_reduce_sums(torch.cat([local_val, local_train]))
         val, train, seen_all = totals(reduced[:n]), totals(reduced[n:2 * n]), float(reduced[2 * n])
-        if not self.is_main:
-            return val
-        rate = seen_all / elapsed_s if elapsed_s > 0 else 0.0  # units (samples, tokens) this run trained
-        unit = self.task.unit
-        logger.info("Epoch %d - %s (validation)", self.epoch, self.task.summary(val))
-        logger.info("  train %s, %.0f %s/s (%.0f per rank), %.1f s", self.task.summary(train).lower(), rate, unit,
-                    rate / self.topo.world_size, elapsed_s)
-        self.log.append({
-            "kind": "epoch", "epoch": self.epoch, "step": self.global_step,
-            **{f"train_{k}": v for k, v in self.task.metrics(train).items()},
-            **{f"val_{k}": v for k, v in self.task.metrics(val).items()},
-            f"val_{unit}": val.count, f"{unit}_per_s": rate,
-            f"{unit}_per_s_per_rank": rate / self.topo.world_size,
-            **({"flops_per_s": rate * self.task.flops_per_unit} if self.task.flops_per_unit else {}),
-            "epoch_time_s": elapsed_s, "lr": self.optimizer.param_groups[0]["lr"],
-        })
-        self.curves.update()
+        self.report.epoch(self.epoch, self.global_step, train, val, seen_all, elapsed_s,
+                          self.optimizer.param_groups[0]["lr"])
         return val
 
     def _checkpoint_due(self) -> bool:
         every = self.config.checkpoint_every_epochs
         return self.epoch == self.config.epochs or (every > 0 and self.epoch % every == 0)
-
-    # ---- output -----------------------------------------------------------------------------
-    def _announce(self) -> None:
-        t = self.topo
-        if not self.is_main:
-            return
-        plural = "es" if t.world_size != 1 else ""
-        logger.info("Starting distributed training on %d process%s (%d node%s × %d, %s, %s), master %s",
-                    t.world_size, plural, t.num_nodes, "s" if t.num_nodes != 1 else "", t.local_world_size,
-                    t.backend, t.device.type, t.master)
-        logger.info("run_dir %s: %d epoch%s, batch_size %d per rank, lr %g%s, amp %s", self.config.run_dir,
-                    self.config.epochs, "s" if self.config.epochs != 1 else "", self.config.batch_size, self.config.lr,
-                    "" if self.config.lr_scaling == "none" else
-                    f" ({self.config.lr_scaling} scaling → {self.config.lr * self.lr_factor:g})", self.config.amp)
-
-    def _progress_bar(self, total: int) -> Any:
-        """A tqdm bar on rank 0 when stdout is a terminal; None otherwise (plain lines instead)."""
-        if not self.is_main or not sys.stdout.isatty():
-            return None
-        from tqdm import tqdm
-
-        return tqdm(total=total, initial=self.batches_done, desc=f"epoch {self.epoch + 1}", leave=False,
-                    unit="batch", dynamic_ncols=True)
-
-    def _log_progress(self, window: torch.Tensor, tick: float, total: int) -> float:
-        now = time.perf_counter()
-        if self.is_main:
-            t = totals(window)
-            rate = t.count * self.topo.world_size / (now - tick) if now > tick else 0.0
-            lr = self.optimizer.param_groups[0]["lr"]
-            flops = rate * self.task.flops_per_unit
-            if not sys.stdout.isatty():
-                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f %s/s%s",
-                            self.epoch + 1, self.batches_done, total, self.global_step, t.avg_loss, lr, rate,
-                            self.task.unit, f", {flops:.3g} model FLOP/s (est.)" if flops else "")
-            self.log.append({"kind": "step", "epoch": self.epoch + 1, "step": self.global_step,
-                             "loss": t.avg_loss, "lr": lr, f"{self.task.unit}_per_s": rate,
-                             **({"flops_per_s": flops} if flops else {})})
-        return now
 
     # ---- checkpoints ------------------------------------------------------------------------
     @property

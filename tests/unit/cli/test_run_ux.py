@@ -3,7 +3,6 @@ was given, what was expected and a HINT, before any rank starts (also for --dry-
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -265,36 +264,6 @@ def test_bench_results_are_printed_when_writing_them_fails(tmp_path: Path,
     assert out == '{"results": []}\n'
     assert err == (f"error: --json {target}: cannot write the results (No such file or directory); they are "
                    "printed above as JSON instead. " + BENCH_HINT)
-
-
-# ---- the Trainer's opening lines ---------------------------------------------------------
-
-@pytest.mark.parametrize("epochs, scaling, expected", [
-    (1, "none", "run_dir runs/x: 1 epoch, batch_size 8 per rank, lr 0.05, amp off"),
-    (3, "none", "run_dir runs/x: 3 epochs, batch_size 8 per rank, lr 0.05, amp off"),
-    (2, "linear", "run_dir runs/x: 2 epochs, batch_size 8 per rank, lr 0.05 (linear scaling → 0.2), amp off"),
-])
-def test_announce_grammar(epochs: int, scaling: str, expected: str, caplog: pytest.LogCaptureFixture) -> None:
-    from types import SimpleNamespace
-
-    import torch
-
-    from torchslurm.train.config import TrainConfig
-    from torchslurm.train.topology import Topology
-    from torchslurm.train.trainer import Trainer
-
-    topo = Topology(rank=0, world_size=4, local_rank=0, device=torch.device("cpu"), backend="gloo", num_nodes=1,
-                    local_world_size=4, master="localhost:29500")
-    config = TrainConfig(epochs=epochs, batch_size=8, lr=0.05, lr_scaling=scaling, run_dir=Path("runs/x"))
-    fake = SimpleNamespace(topo=topo, is_main=True, config=config, lr_factor={"none": 1.0, "linear": 4.0}[scaling])
-    logger = logging.getLogger("torchslurm.train.trainer")  # its own handler: the CLI's set-up stops propagation
-    logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level("INFO", logger="torchslurm.train.trainer"):
-            Trainer._announce(fake)  # type: ignore[arg-type]
-    finally:
-        logger.removeHandler(caplog.handler)
-    assert caplog.messages[-1] == expected
 
 
 def test_run_dash_m_plans_a_module(cli: Run) -> None:

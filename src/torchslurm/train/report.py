@@ -1,0 +1,93 @@
+"""What a run says on rank 0: its opening lines, a progress bar on a terminal (plain step lines
+otherwise), each epoch's lines, and the records of metrics.jsonl with the curves drawn from them.
+Every method may be called on every rank; only rank 0 writes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from torchslurm.train.metrics import Totals, totals
+
+if TYPE_CHECKING:
+    import torch
+
+    from torchslurm.train.config import TrainConfig
+    from torchslurm.train.metrics import CurvePlotter, MetricsLog
+    from torchslurm.train.tasks import Task
+    from torchslurm.train.topology import Topology
+
+logger = logging.getLogger("torchslurm.train.trainer")  # the lines a run's log has always shown
+
+
+class RunReport:
+    """Rank 0's account of a run of `config` on `topo`, measuring what `task` measures."""
+
+    def __init__(self, topo: Topology, config: TrainConfig, task: Task, log: MetricsLog,
+                 curves: CurvePlotter) -> None:
+        self.topo, self.config, self.task, self.log, self.curves = topo, config, task, log, curves
+
+    @property
+    def is_main(self) -> bool:
+        return self.topo.rank == 0
+
+    def start(self, lr_factor: float) -> None:
+        """Where the run trains and with what settings."""
+        t, cfg = self.topo, self.config
+        if not self.is_main:
+            return
+        plural = "es" if t.world_size != 1 else ""
+        logger.info("Starting distributed training on %d process%s (%d node%s × %d, %s, %s), master %s",
+                    t.world_size, plural, t.num_nodes, "s" if t.num_nodes != 1 else "", t.local_world_size,
+                    t.backend, t.device.type, t.master)
+        logger.info("run_dir %s: %d epoch%s, batch_size %d per rank, lr %g%s, amp %s", cfg.run_dir, cfg.epochs,
+                    "s" if cfg.epochs != 1 else "", cfg.batch_size, cfg.lr,
+                    "" if cfg.lr_scaling == "none" else f" ({cfg.lr_scaling} scaling → {cfg.lr * lr_factor:g})",
+                    cfg.amp)
+
+    def progress_bar(self, epoch: int, batches_done: int, total: int) -> Any:
+        """A tqdm bar on rank 0 when stdout is a terminal; None otherwise (plain lines instead)."""
+        if not self.is_main or not sys.stdout.isatty():
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, initial=batches_done, desc=f"epoch {epoch + 1}", leave=False, unit="batch",
+                    dynamic_ncols=True)
+
+    def steps(self, window: torch.Tensor, since: float, *, epoch: int, batch: int, total: int, step: int,
+              lr: float) -> float:
+        """The steps since `since` (a perf_counter time): a line and a record; returns now."""
+        now = time.perf_counter()
+        if self.is_main:
+            t = totals(window)
+            rate = t.count * self.topo.world_size / (now - since) if now > since else 0.0
+            flops = rate * self.task.flops_per_unit
+            if not sys.stdout.isatty():
+                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f %s/s%s", epoch + 1, batch, total,
+                            step, t.avg_loss, lr, rate, self.task.unit,
+                            f", {flops:.3g} model FLOP/s (est.)" if flops else "")
+            self.log.append({"kind": "step", "epoch": epoch + 1, "step": step, "loss": t.avg_loss, "lr": lr,
+                             f"{self.task.unit}_per_s": rate, **({"flops_per_s": flops} if flops else {})})
+        return now
+
+    def epoch(self, epoch: int, step: int, train: Totals, val: Totals, seen: float, elapsed_s: float,
+              lr: float) -> None:
+        """An epoch's lines and record (`seen`: the units all ranks trained), and the curves redrawn."""
+        if not self.is_main:
+            return
+        rate = seen / elapsed_s if elapsed_s > 0 else 0.0  # units (samples, tokens) this run trained
+        unit, per_rank = self.task.unit, rate / self.topo.world_size
+        logger.info("Epoch %d - %s (validation)", epoch, self.task.summary(val))
+        logger.info("  train %s, %.0f %s/s (%.0f per rank), %.1f s", self.task.summary(train).lower(), rate, unit,
+                    per_rank, elapsed_s)
+        self.log.append({
+            "kind": "epoch", "epoch": epoch, "step": step,
+            **{f"train_{k}": v for k, v in self.task.metrics(train).items()},
+            **{f"val_{k}": v for k, v in self.task.metrics(val).items()},
+            f"val_{unit}": val.count, f"{unit}_per_s": rate, f"{unit}_per_s_per_rank": per_rank,
+            **({"flops_per_s": rate * self.task.flops_per_unit} if self.task.flops_per_unit else {}),
+            "epoch_time_s": elapsed_s, "lr": lr,
+        })
+        self.curves.update()

@@ -1,0 +1,70 @@
+"""What a run says on rank 0: its opening lines, step lines and records, epoch lines and records."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchslurm.train.config import TrainConfig
+from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals
+from torchslurm.train.report import RunReport
+from torchslurm.train.tasks import classification
+from torchslurm.train.topology import Topology
+
+
+def _topo(rank: int = 0) -> Topology:
+    return Topology(rank=rank, world_size=4, local_rank=0, device=torch.device("cpu"), backend="gloo", num_nodes=1,
+                    local_world_size=4, master="localhost:29500")
+
+
+def _report(tmp_path: Path, rank: int = 0, **settings: object) -> RunReport:
+    config = TrainConfig(**{"batch_size": 8, "lr": 0.05, "run_dir": Path("runs/x"), **settings})  # type: ignore[arg-type]
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    drawn: list[int] = []
+    curves = CurvePlotter(tmp_path / "curves.png", log.records, min_interval_s=0.0,
+                          draw=lambda records, path: drawn.append(len(records)))
+    return RunReport(_topo(rank), config, classification(), log, curves)
+
+
+@pytest.fixture
+def lines(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    logger = logging.getLogger("torchslurm.train.trainer")  # its own handler: the CLI's set-up stops propagation
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level("INFO", logger="torchslurm.train.trainer"):
+            yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
+@pytest.mark.parametrize("epochs, scaling, expected", [
+    (1, "none", "run_dir runs/x: 1 epoch, batch_size 8 per rank, lr 0.05, amp off"),
+    (3, "none", "run_dir runs/x: 3 epochs, batch_size 8 per rank, lr 0.05, amp off"),
+    (2, "linear", "run_dir runs/x: 2 epochs, batch_size 8 per rank, lr 0.05 (linear scaling → 0.2), amp off"),
+])
+def test_the_opening_lines(epochs: int, scaling: str, expected: str, tmp_path: Path,
+                           lines: pytest.LogCaptureFixture) -> None:
+    _report(tmp_path, epochs=epochs, lr_scaling=scaling).start({"none": 1.0, "linear": 4.0}[scaling])
+    assert ("Starting distributed training on 4 processes (1 node × 4, gloo, cpu), master localhost:29500"
+            in lines.messages)
+    assert lines.messages[-1] == expected
+
+
+def test_step_and_epoch_records_on_rank_0_only(tmp_path: Path, lines: pytest.LogCaptureFixture) -> None:
+    report = _report(tmp_path)
+    window = torch.tensor([6.0, 3.0, 4.0], dtype=torch.float64)  # loss·n, correct, n
+    report.steps(window, 0.0, epoch=0, batch=2, total=5, step=2, lr=0.05)
+    report.epoch(1, 5, Totals(10.0, 15, 20), Totals(2.0, 3, 4), seen=80.0, elapsed_s=2.0, lr=0.05)
+    step, epoch = report.log.records()
+    assert (step["kind"], step["epoch"], step["step"], step["loss"]) == ("step", 1, 2, 1.5)
+    assert (epoch["kind"], epoch["val_accuracy"], epoch["train_loss"]) == ("epoch", 0.75, 0.5)
+    assert (epoch["samples_per_s"], epoch["samples_per_s_per_rank"]) == (40.0, 10.0)
+    assert "Epoch 1 - Avg Loss: 0.500000, Accuracy: 75.00% (validation)" in lines.messages
+    other = _report(tmp_path / "rank1", rank=1)
+    other.steps(window, 0.0, epoch=0, batch=2, total=5, step=2, lr=0.05)
+    other.epoch(1, 5, Totals(10.0, 15, 20), Totals(2.0, 3, 4), seen=80.0, elapsed_s=2.0, lr=0.05)
+    assert other.log.records() == []
