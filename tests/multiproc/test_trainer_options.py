@@ -36,8 +36,8 @@ def test_bf16_autocast_on_cpu_trains(tmp_path: Path) -> None:
 
 
 def test_fp16_needs_cuda(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"amp=fp16 on device cpu: fp16 with GradScaler needs CUDA\. "
-                                          r"HINT: use amp=bf16 on CPU"):
+    with pytest.raises(ConfigError, match=r"amp=fp16 needs CUDA \(fp16 with a GradScaler\), but the ranks run on "
+                                          r"cpu \(no GPU visible here\)\. HINT: use amp=bf16 on CPU"):
         _trainer(tmp_path, amp="fp16")
 
 

@@ -201,11 +201,12 @@ def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> No
 
 
 def device_problem(cfg: TrainConfig, device_type: str) -> ConfigError | None:
-    """amp=fp16 needs CUDA (its GradScaler); None when the setting fits the device."""
+    """The fp16 rule, checked before the ranks start and again by the Trainer on its device: amp=fp16
+    needs CUDA (fp16 with a GradScaler); None when the setting fits the device."""
     if cfg.amp != "fp16" or device_type == "cuda":
         return None
-    return ConfigError(f"amp=fp16 needs CUDA, but the ranks would run on {device_type} (no GPU visible here).",
-                       "use amp=bf16 on CPU, or amp=off; or run it on a GPU node.")
+    return ConfigError(f"amp=fp16 needs CUDA (fp16 with a GradScaler), but the ranks run on {device_type} (no GPU "
+                       "visible here).", "use amp=bf16 on CPU, or amp=off; or run it on a GPU node.")
 
 
 def _resume_problem(resume: str, run_dir: Path) -> ConfigError | None:

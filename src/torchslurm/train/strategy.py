@@ -1,71 +1,130 @@
-"""How the Trainer spreads the model over the ranks: DDP (a whole replica per rank, gradients
-all-reduced) or FSDP2 (parameters, gradients and optimizer state sharded, see train.fsdp).
+"""How the Trainer spreads the model over the ranks: one process, DDP (a whole replica per rank,
+gradients all-reduced) or FSDP2 (parameters, gradients and optimizer state sharded, see train.fsdp).
 
-The loop asks the same four things of either: the module to call in training, a context for a
-micro-step that must not synchronise gradients yet, gradient clipping, and whether every rank
-must run the same number of forward passes (FSDP all-gathers parameters in each one)."""
+Each is a small class that owns its quirks; the loop asks the same things of every one: the module to
+call in training and the one to evaluate with, a one-time settling before the first step, a context
+for a micro-step that must not synchronise gradients yet, gradient clipping, evaluation padded to the
+same number of forward passes on every rank, and whether its checkpointed state is replicated or
+sharded. `make_strategy` is the one place the configured name is read."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterator, Sized
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
 
 from torchslurm.train import fsdp
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from torchslurm.train.config import TrainConfig
     from torchslurm.train.topology import Topology
 
 
 class Strategy:
-    """`config.strategy` applied to `model` (already on its device) and its `optimizer`."""
+    """One process: the model trains as it is."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
-                 topo: Topology) -> None:
-        self.kind = config.strategy if topo.world_size > 1 else "single"
-        self.model = model
-        self.module: nn.Module = model
-        """What training calls: the DDP wrapper, or the sharded model itself."""
-        if self.kind == "ddp":
-            ids = [topo.device.index or 0] if topo.device.type == "cuda" else None
-            self.module = DistributedDataParallel(model, device_ids=ids)
-        elif self.kind == "fsdp":
-            names = {id(p): name for name, p in model.named_parameters()}
-            fsdp.shard_model(model, wrap=[n.strip() for n in config.fsdp_wrap.split(",") if n.strip()],
-                             amp=config.amp, reshard_after_forward=config.fsdp_reshard_after_forward,
-                             activation_checkpointing=config.activation_checkpointing)
-            fsdp.rebind_optimizer(optimizer, names, model)
+    name = "single"
+    state_form = "replicated"
+    """How a checkpoint holds this strategy's model and optimizer: 'replicated' (whole tensors, written
+    once) or 'sharded' (each rank its shard)."""
 
-    @property
-    def sharded(self) -> bool:
-        return self.kind == "fsdp"
+    def __init__(self, model: nn.Module, topo: Topology) -> None:
+        self.model, self.topo = model, topo
+        self.train_module: nn.Module = model
+        """What training calls: the model, or its DDP wrapper."""
 
     @property
     def eval_module(self) -> nn.Module:
-        """DDP: the plain module, so that evaluation runs no DDP hooks or collectives."""
+        """What evaluation calls: the plain module (DDP's hooks and collectives are for training)."""
         return self.model
+
+    def settle(self, backward_once: Callable[[], None], optimizer: torch.optim.Optimizer) -> None:
+        """Before the first step (and before the random streams are seeded or restored)."""
 
     def accumulate(self, boundary: bool) -> AbstractContextManager[Any]:
         """The context of one micro-step's backward: gradients synchronise only on the boundary."""
-        if boundary:
-            return nullcontext()
-        if isinstance(self.module, DistributedDataParallel):
-            return self.module.no_sync()
-        if self.sharded:
-            return _no_gradient_sync(self.model)
         return nullcontext()
 
     def clip(self, max_norm: float) -> None:
-        if self.sharded:
-            fsdp.clip_grad_norm(self.model.parameters(), max_norm)
-        else:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+
+    def pad_evaluation(self, data: Dataset[Any], batches_run: int, batch_size: int) -> None:
+        """After this rank evaluated its `batches_run` batches of `data`: what else every rank must run."""
+
+
+class DDP(Strategy):
+    """A whole replica per rank; gradients all-reduced by DDP's hooks during backward."""
+
+    name = "ddp"
+
+    def __init__(self, model: nn.Module, topo: Topology) -> None:
+        super().__init__(model, topo)
+        ids = [topo.device.index or 0] if topo.device.type == "cuda" else None
+        self.train_module = DistributedDataParallel(model, device_ids=ids)
+
+    def settle(self, backward_once: Callable[[], None], optimizer: torch.optim.Optimizer) -> None:
+        """One throw-away forward/backward so DDP's bucket layout is final before the first real step.
+
+        DDP reorders its gradient buckets after the first backward of a process. With more than 2
+        ranks Gloo's ring all-reduce sums each element in an order set by its offset in the bucket,
+        so the first step after a resume (old layout) would differ in the last bits from the same
+        step of an uninterrupted run (new layout). Model state and gradients are put back after it."""
+        saved = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        backward_once()
+        optimizer.zero_grad(set_to_none=True)
+        self.model.load_state_dict(saved)
+
+    def accumulate(self, boundary: bool) -> AbstractContextManager[Any]:
+        return nullcontext() if boundary else self.train_module.no_sync()  # type: ignore[operator]
+
+
+class FSDP(Strategy):
+    """FSDP2: each rank holds a shard of every parameter, its gradient and its optimizer state."""
+
+    name = "fsdp"
+    state_form = "sharded"
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
+                 topo: Topology) -> None:
+        super().__init__(model, topo)
+        names = {id(p): name for name, p in model.named_parameters()}
+        fsdp.shard_model(model, wrap=[n.strip() for n in config.fsdp_wrap.split(",") if n.strip()],
+                         amp=config.amp, reshard_after_forward=config.fsdp_reshard_after_forward,
+                         activation_checkpointing=config.activation_checkpointing)
+        fsdp.rebind_optimizer(optimizer, names, model)
+
+    def accumulate(self, boundary: bool) -> AbstractContextManager[Any]:
+        return nullcontext() if boundary else _no_gradient_sync(self.model)
+
+    def clip(self, max_norm: float) -> None:
+        fsdp.clip_grad_norm(self.model.parameters(), max_norm)
+
+    def pad_evaluation(self, data: Dataset[Any], batches_run: int, batch_size: int) -> None:
+        """Each forward all-gathers the parameters: every rank runs as many as the rank with the most
+        batches (the first), a one-sample dummy for each it lacks."""
+        assert isinstance(data, Sized)
+        most = math.ceil(math.ceil(len(data) / self.topo.world_size) / batch_size)
+        if most > batches_run:
+            dummy = next(iter(DataLoader(data, batch_size=1)))[0].to(self.topo.device)
+            for _ in range(most - batches_run):
+                self.model(dummy)
+
+
+def make_strategy(model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
+                  topo: Topology) -> Strategy:
+    """`config.strategy` applied to `model` (already on its device) and its `optimizer`; one process
+    trains alone whatever the setting."""
+    if topo.world_size == 1:
+        return Strategy(model, topo)
+    if config.strategy == "fsdp":
+        return FSDP(model, optimizer, config, topo)
+    return DDP(model, topo)
 
 
 def make_scaler(amp: str, device_type: str) -> torch.amp.GradScaler:

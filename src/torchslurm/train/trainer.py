@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.slurm import run_command_status
 from torchslurm.train.checkpoint.checkpointer import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.layout import CHECKPOINTS
-from torchslurm.train.config import TrainConfig
+from torchslurm.train.config import TrainConfig, device_problem
 from torchslurm.train.data import ShardSampler, SkipSampler, batches
 from torchslurm.train.events import EventWriter
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
@@ -37,7 +36,7 @@ from torchslurm.train.preflight import run_dir_problem
 from torchslurm.train.report import RunReport
 from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
-from torchslurm.train.strategy import Strategy, make_scaler
+from torchslurm.train.strategy import make_scaler, make_strategy
 from torchslurm.train.tasks import Task, classification
 from torchslurm.train.topology import topology
 from torchslurm.train.watchdog import Watchdog
@@ -97,12 +96,11 @@ class Trainer:
         ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True)])  # before any rank trains
         self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device
-        if config.amp == "fp16" and self.device.type != "cuda":
-            raise ConfigError(f"amp=fp16 on device {self.device}: fp16 with GradScaler needs CUDA.",
-                              "use amp=bf16 on CPU, or amp=off.")
+        ConfigError.raise_any([device_problem(config, self.device.type)])
         self.model = model.to(self.device)
-        self.strategy = Strategy(self.model, optimizer, config, self.topo)
-        self.ddp: nn.Module = self.strategy.module
+        self.strategy = make_strategy(self.model, optimizer, config, self.topo)
+        self.train_module = self.strategy.train_module
+        """What training calls: the model, or its DDP wrapper."""
         self.task = task or classification()
         self.optimizer, self.loss_fn = optimizer, loss_fn
         self.train_data, self.val_data = train_data, val_data
@@ -165,7 +163,7 @@ class Trainer:
             stack.enter_context(dog.guard())
 
     def _fit(self) -> FitResult:
-        self._settle_ddp_buckets()
+        self.strategy.settle(self._backward_once, self.optimizer)  # before the streams are seeded or restored
         self.checkpointer.open()  # before the first step: the epoch-end saves are written beside validation
         if not self.restore():
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
@@ -189,23 +187,12 @@ class Trainer:
             val = self.evaluate()
         return FitResult(False, self.epoch, self.global_step, val, self.checkpointer.last, self.config.run_dir)
 
-    def _settle_ddp_buckets(self) -> None:
-        """One throw-away forward/backward so DDP's bucket layout is final before the first real step.
-
-        DDP reorders its gradient buckets after the first backward of a process. With more than 2
-        ranks Gloo's ring all-reduce sums each element in an order set by its offset in the bucket,
-        so the first step after a resume (old layout) would differ in the last bits from the same
-        step of an uninterrupted run (new layout). Model state and gradients are restored after it;
-        it runs before the RNG states are seeded or restored."""
-        if not isinstance(self.ddp, DistributedDataParallel):
-            return
-        saved = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+    def _backward_once(self) -> None:
+        """A forward and backward of the first batch, its gradients thrown away (Strategy.settle)."""
         inputs, targets = next(iter(DataLoader(self.train_data, batch_size=self.config.batch_size)))
         with self._autocast():
-            loss = self.loss_fn(self.ddp(inputs.to(self.device)), targets.to(self.device))
+            loss = self.loss_fn(self.train_module(inputs.to(self.device)), targets.to(self.device))
         loss.backward()  # type: ignore[no-untyped-call]
-        self.optimizer.zero_grad(set_to_none=True)
-        self.model.load_state_dict(saved)
 
     def _train_epoch(self) -> int | None:
         """One epoch from self.batches_done on; samples seen, or None when should_stop() said so."""
@@ -215,7 +202,7 @@ class Trainer:
         accum, seen = cfg.grad_accum_steps, 0
         window = torch.zeros(3, dtype=torch.float64, device=self.device)
         tick = time.perf_counter()
-        self.ddp.train()
+        self.train_module.train()
         bar = self.report.progress_bar(self.epoch, self.batches_done, total)
         for inputs, targets in loader:
             inputs = inputs.to(self.device, non_blocking=True)
@@ -255,7 +242,7 @@ class Trainer:
         micro-steps of its accumulation group, so the summed gradient is their mean."""
         with self.strategy.accumulate(boundary):  # gradients accumulate locally; synced on the boundary
             with self._autocast():
-                output = self.ddp(inputs)
+                output = self.train_module(inputs)
                 loss = self.loss_fn(output, targets)
             scaled: torch.Tensor = self.scaler.scale(loss / group_size if group_size > 1 else loss)
             scaled.backward()  # type: ignore[no-untyped-call]
@@ -320,11 +307,7 @@ class Trainer:
                 inputs, targets = inputs.to(self.device), targets.to(self.device)
                 output = model(inputs).float()
                 sums += self.task.sums(output, targets, self.loss_fn(output, targets))
-            if self.strategy.sharded:  # each forward all-gathers: every rank runs as many as rank 0
-                most = math.ceil(math.ceil(len(data) / self.topo.world_size) / self.config.batch_size)  # type: ignore[arg-type]
-                dummy = next(iter(DataLoader(data, batch_size=1)))[0].to(self.device)
-                for _ in range(most - len(loader)):
-                    model(dummy)
+            self.strategy.pad_evaluation(data, len(loader), self.config.batch_size)
         model.train()
         return sums
 

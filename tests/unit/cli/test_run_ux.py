@@ -152,7 +152,8 @@ def test_resume_takes_a_complete_checkpoint_folder_or_its_state_file(cli: Run, t
 def test_fp16_without_a_gpu_is_refused_before_the_ranks_start(cli: Run) -> None:
     code, out, err = cli("train", "--dry-run", "amp=fp16")
     assert (code, out) == (2, "")
-    assert err == ("error: amp=fp16 needs CUDA, but the ranks would run on cpu (no GPU visible here). "
+    assert err == ("error: amp=fp16 needs CUDA (fp16 with a GradScaler), but the ranks run on cpu (no GPU visible "
+                   "here). "
                    "HINT: use amp=bf16 on CPU, or amp=off; or run it on a GPU node.\n")
 
 

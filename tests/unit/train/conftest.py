@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+import pytest
+import torch.distributed as dist
 
 
 class Recorder:
@@ -16,3 +19,13 @@ class Recorder:
     def __call__(self, argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(argv))
         return subprocess.CompletedProcess(list(argv), *self.result)
+
+
+@pytest.fixture
+def one_rank_group() -> Iterator[None]:
+    """A one-rank Gloo process group in this process, as a script that calls init_process_group itself."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

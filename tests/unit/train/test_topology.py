@@ -3,32 +3,18 @@ or one local process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import torch
-import torch.distributed as dist
 
 from torchslurm.runtime.distenv import detect
 from torchslurm.runtime.distributed import DistContext
 from torchslurm.train.topology import Topology, topology
 
 
-@pytest.fixture
-def own_group() -> Iterator[None]:
-    """A one-rank Gloo group set up by the caller, as a script that calls init_process_group itself."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_one_local_process_without_a_group() -> None:
     assert topology(None, {}) == Topology(0, 1, 0, torch.device("cpu"), "none", 1, 1, "local")
 
 
-def test_a_group_of_the_callers_own_with_torchrun_variables(own_group: None) -> None:
+def test_a_group_of_the_callers_own_with_torchrun_variables(one_rank_group: None) -> None:
     found = topology(None, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "29500"})
     assert found == Topology(0, 1, 0, torch.device("cpu"), "gloo", 1, 1, "n1:29500")
     assert topology(None, {}).master == "?:?"
