@@ -85,12 +85,6 @@ def _key_value(item: str) -> tuple[str, str]:
     return key, value
 
 
-def findings_of(asked: Asked, args: argparse.Namespace, slurm_version: str | None,
-                submitting: bool = False) -> list[Finding]:
-    """Every finding about the job as asked (jobs.asked.findings), its files looked up from here."""
-    return findings(asked, slurm_version, Path.cwd(), submitting)
-
-
 def report(findings: list[Finding], force: bool) -> int:
     """Print findings to stderr; 2 when there are errors (unless forced)."""
     for finding in findings:
@@ -115,7 +109,7 @@ def handle(args: argparse.Namespace) -> int:
     from torchslurm.jobs.sbatch import render
 
     asked = spec_from_args(args)
-    code = report(findings_of(asked, args, args.slurm_version), args.force)
+    code = report(findings(asked, args.slurm_version, Path.cwd()), args.force)
     if code:
         return code
     sys.stdout.write(render(asked.spec))
