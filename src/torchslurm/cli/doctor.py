@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 ABOVE = "the lines above say why."
 RANK_PROGRAM = "torchslurm.cli.doctor"
 """What each rank of `--ranks` runs: `python -m RANK_PROGRAM` (this module's `rank_main`)."""
@@ -91,6 +90,7 @@ def check_ranks(args: argparse.Namespace) -> int:
     `srun --kill-on-bad-exit` a rank that exits 1 gets the others killed before they print.
     """
     from torchslurm.doctor.checks import missing_ranks
+    from torchslurm.doctor.facts import render
     from torchslurm.errors import TorchSlurmError
 
     rank_args = [*(["--connect"] if args.connect else []), "--timeout", str(args.timeout),
@@ -125,53 +125,16 @@ def check_ranks(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-# A rank's report travels to check_ranks as numbered parts, each line shorter than 1 KiB: srun
-# forwards longer lines in 1 KiB chunks that interleave with other tasks' output. Parts are keyed by
-# the sending process, not its rank: misplaced ranks (the doctor's business) may share a rank.
-_PART_TAG = "@torchslurm-doctor-part"
-_PART_CHARS = 800
-
-
-def report_parts(result: Report, sender: str) -> list[str]:
-    """The lines `rank_main` prints: `tag sender index count piece` (sender: host:pid, no blanks; the
-    JSON report is ASCII)."""
-    text = json.dumps(result.to_json())
-    pieces = [text[i:i + _PART_CHARS] for i in range(0, len(text), _PART_CHARS)]
-    return [f"{_PART_TAG} {sender} {i} {len(pieces)} {piece}\n" for i, piece in enumerate(pieces)]
-
-
-def reports_from_parts(lines: Sequence[str]) -> tuple[list[Report], int]:
-    """The inverse of `report_parts` over every process's lines, in any order (a prefix such as srun's
-    `--label` is skipped): the reports sorted by rank, and how many senders' parts were incomplete
-    or unreadable."""
-    from torchslurm.doctor.facts import Report
-
-    parts: dict[str, dict[int, str]] = {}
-    counts: dict[str, int] = {}
-    for line in lines:
-        try:
-            _, sender, index, count, piece = line[line.index(_PART_TAG):].rstrip("\n").split(" ", 4)
-            parts.setdefault(sender, {})[int(index)] = piece
-            counts[sender] = int(count)
-        except ValueError:
-            continue  # a mangled line: its sender's report stays incomplete
-    reports, unreadable = [], 0
-    for sender, got in parts.items():
-        try:
-            reports.append(Report.from_json(json.loads("".join(got[i] for i in range(counts[sender])))))
-        except (KeyError, ValueError, TypeError):
-            unreadable += 1
-    return sorted(reports, key=lambda r: (r.rank is None, r.rank or 0)), unreadable
-
-
 def _collect(command: Sequence[str]) -> tuple[list[Report], int, int]:
     """Run the ranks; keep their reports, pass every other line through; (reports, unreadable, exit code)."""
+    from torchslurm.doctor.wire import PART_TAG, reports_from_parts
+
     part_lines = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, encoding="utf-8",
                           errors="replace") as ranks:
         assert ranks.stdout is not None
         for line in ranks.stdout:
-            if _PART_TAG in line:
+            if PART_TAG in line:
                 part_lines.append(line)
             else:
                 sys.stdout.write(line)
@@ -180,6 +143,8 @@ def _collect(command: Sequence[str]) -> tuple[list[Report], int, int]:
 
 def check_here(args: argparse.Namespace) -> int:
     """Gather this process's facts, run every check, print the report."""
+    from torchslurm.doctor.facts import render
+
     result = examine(args)
     text = json.dumps(result.to_json()) + "\n" if args.json else render(result)
     sys.stdout.write(text)  # one write: the ranks of one step share a pipe
@@ -198,24 +163,10 @@ def examine(args: argparse.Namespace) -> Report:
     return doctor.report(facts, checks)
 
 
-def render(result: Report) -> str:
-    """Human text; every line prefixed with host/rank when several ranks print at once."""
-    prefix = f"{result.host}/{result.rank}: " if (result.world_size or 1) > 1 else ""
-    where = (f"rank {result.rank} of {result.world_size}, {result.launcher}" if result.rank is not None
-             else "placement unknown")
-    lines = [f"torchslurm doctor on {result.host} ({where})"]
-    width = max(len(check.name) for check in result.checks)
-    for check in result.checks:
-        lines.append(f"  {_MARKS[check.status]}  {check.name:<{width}}  {check.detail}")
-        if check.hint:
-            lines.append(f"        {'':<{width}}  HINT: {check.hint}")
-    counts = {status: sum(c.status == status for c in result.checks) for status in ("ok", "warn", "fail")}
-    lines.append(f"{counts['ok']} ok, {counts['warn']} warning(s), {counts['fail']} failure(s)")
-    return "\n".join(prefix + line for line in lines) + "\n"
-
-
 def rank_main(argv: Sequence[str] | None = None) -> int:
     """The program of each rank started by `torchslurm doctor --ranks`."""
+    from torchslurm.doctor.wire import report_parts
+
     parser = argparse.ArgumentParser(prog="torchslurm doctor (rank)")
     _add_check_arguments(parser)
     for line in report_parts(examine(parser.parse_args(argv)), f"{socket.gethostname()}:{os.getpid()}"):

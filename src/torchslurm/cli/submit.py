@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from torchslurm.cli.sandbox import hint_sandbox
-from torchslurm.cli.script import add_spec_arguments, findings_of, report, spec_from_args
+from torchslurm.cli.script import add_spec_arguments, report, spec_from_args
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
+    from torchslurm.jobs.asked import findings
     from torchslurm.jobs.findings import by_severity
     from torchslurm.jobs.slurm import SlurmClient
     from torchslurm.jobs.submit import expand_pattern, never_starts, submit
@@ -29,7 +30,7 @@ def handle(args: argparse.Namespace) -> int:
     client = SlurmClient()
     # the GPU flag check needs the Slurm version; here Slurm is at hand, so ask it
     version = args.slurm_version or (client.version() if asked.spec.gpus_per_node else None)
-    found = [*findings_of(asked, args, version, submitting=True), *never_starts(asked.spec, client, asked.spelling)]
+    found = [*findings(asked, version, Path.cwd(), submitting=True), *never_starts(asked.spec, client, asked.spelling)]
     code = report(by_severity(found), args.force)
     if code:
         return code

@@ -51,14 +51,14 @@ def check_placement(facts: Facts) -> Check:
         hint = " ".join(warning.hint for warning in env.warnings if warning.hint)
         if env.launcher == "batch":
             hint += " To check every node: srun torchslurm doctor (or torchslurm doctor --ranks)."
-        return Check("placement", "warn", detail, hint, env.launcher)
+        return Check("placement", "warning", detail, hint, env.launcher)
     return Check("placement", "ok", env.reason, value=env.launcher)
 
 
 def check_torch(facts: Facts) -> Check:
     t = facts.torch
     if t is None:
-        return Check("torch", "warn", f"torch is not installed for {facts.python or 'this Python'} "
+        return Check("torch", "warning", f"torch is not installed for {facts.python or 'this Python'} "
                      f"({facts.torch_error or 'import failed'}): fine on a login node, but ranks need it.",
                      "install torch in the environment your jobs run (pip install torch).", "")
     cuda = f"CUDA {t.cuda}" if t.cuda else "a CPU-only build (no CUDA)"
@@ -76,7 +76,7 @@ def check_gpus(facts: Facts) -> Check:
         return _batch_gpus(facts.environ)
     allocated = devices.slurm_gpus(facts.environ)
     if facts.torch is None:
-        return Check("gpus", "warn", f"cannot count CUDA devices without torch ({allocated or 'no GPU variables'}).",
+        return Check("gpus", "warning", f"cannot count CUDA devices without torch ({allocated or 'no GPU variables'}).",
                      "run the doctor with the Python your jobs use.")
     count = facts.torch.cuda_device_count
     try:
@@ -85,11 +85,11 @@ def check_gpus(facts: Facts) -> Check:
         return from_error("gpus", exc)
     if choice.kind == "cpu":
         if unseen := devices.gpus_unseen(facts.environ, count, facts.torch.cuda):
-            return Check("gpus", "warn", unseen.message, unseen.hint or "", "cpu")
+            return Check("gpus", "warning", unseen.message, unseen.hint or "", "cpu")
         return Check("gpus", "ok", f"{choice.reason}; Gloo on CPU.", value="cpu")
     idle = count - env.local_world_size
     if devices.per_task_binding(facts.environ, count) is None and idle > 0:
-        return Check("gpus", "warn", f"{env.local_world_size} rank(s) on this node but {count} GPUs visible "
+        return Check("gpus", "warning", f"{env.local_world_size} rank(s) on this node but {count} GPUs visible "
                      f"(CUDA_VISIBLE_DEVICES={facts.environ.get('CUDA_VISIBLE_DEVICES')!r}): {idle} GPU(s) idle; "
                      "one process uses one GPU unless DDP runs one rank per GPU.",
                      _more_ranks_hint(env.launcher, count), choice.name)
@@ -99,24 +99,24 @@ def check_gpus(facts: Facts) -> Check:
 def check_backend(facts: Facts, requested: str | None = None) -> Check:
     requested, source = requested_backend(facts, requested)
     if requested is not None and requested not in devices.BACKENDS:
-        return Check("backend", "fail", f"{source} is not a backend torchslurm supports.",
+        return Check("backend", "error", f"{source} is not a backend torchslurm supports.",
                      "choose gloo or nccl, or leave it unset (NCCL on GPUs, Gloo on CPUs).", requested)
     t = facts.torch
     if t is None:
-        return Check("backend", "warn", "cannot tell which backend works without torch.",
+        return Check("backend", "warning", "cannot tell which backend works without torch.",
                      "run the doctor with the Python your jobs use.", requested or "")
     has_cuda = t.cuda_device_count > 0
     backend = requested or ("nccl" if has_cuda else "gloo")
     if backend == "nccl" and not has_cuda:
-        return Check("backend", "fail", f"{source} asks for NCCL but torch sees no CUDA device "
+        return Check("backend", "error", f"{source} asks for NCCL but torch sees no CUDA device "
                      f"(torch.cuda.device_count()=0, torch.version.cuda={t.cuda!r}); NCCL only runs on GPUs.",
                      "use gloo on CPU nodes (--backend gloo, backend='gloo', or unset TORCHSLURM_BACKEND), "
                      "or request GPUs from Slurm (--gpus-per-node).", backend)
     if backend == "nccl" and t.nccl is None:
-        return Check("backend", "fail", f"backend nccl but torch {t.version} was built without NCCL.",
+        return Check("backend", "error", f"backend nccl but torch {t.version} was built without NCCL.",
                      "install a CUDA build of torch with NCCL, or use backend gloo.", backend)
     if backend == "gloo" and not t.gloo:
-        return Check("backend", "fail", f"backend gloo but torch {t.version} was built without Gloo.",
+        return Check("backend", "error", f"backend gloo but torch {t.version} was built without Gloo.",
                      "install an official torch build.", backend)
     why = source if requested else ("CUDA device visible" if has_cuda else "no CUDA device")
     return Check("backend", "ok", f"{backend} ({why}).", value=backend)
@@ -128,7 +128,7 @@ def check_nccl_env(facts: Facts) -> Check:
                    and (n.startswith(("NCCL_", "TORCH_NCCL_")) or n == "TORCH_DISTRIBUTED_DEBUG"))
     shown = ", ".join(f"{n}={facts.environ[n]}" for n in names)
     if facts.environ.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0") and facts.infiniband:
-        return Check("nccl_env", "warn", f"NCCL_IB_DISABLE={facts.environ['NCCL_IB_DISABLE']} but this node has "
+        return Check("nccl_env", "warning", f"NCCL_IB_DISABLE={facts.environ['NCCL_IB_DISABLE']} but this node has "
                      f"InfiniBand ({', '.join(facts.infiniband)}): NCCL falls back to TCP sockets, many times slower.",
                      "unset NCCL_IB_DISABLE unless a hang was traced to InfiniBand (NCCL_DEBUG=INFO shows it).")
     return Check("nccl_env", "ok", f"set: {shown}." if names else "no NCCL or torch debug variables set "
@@ -144,11 +144,11 @@ def check_slurm_commands(facts: Facts) -> Check:
         return Check("slurm_commands", "ok", "no Slurm client commands on PATH: not a Slurm node "
                      "(torchslurm run starts local ranks).")
     if in_job and "SLURM_STEP_ID" not in facts.environ and not srun:
-        return Check("slurm_commands", "fail", f"inside Slurm job {facts.environ['SLURM_JOB_ID']} but srun is not on "
+        return Check("slurm_commands", "error", f"inside Slurm job {facts.environ['SLURM_JOB_ID']} but srun is not on "
                      f"PATH={facts.environ.get('PATH', '')!r}: the batch script cannot start ranks on other nodes.",
                      "submit with --export=ALL (--export=NONE drops PATH), or call srun by its absolute path.")
     if missing:
-        return Check("slurm_commands", "warn", f"{', '.join(missing)} not on PATH={facts.environ.get('PATH', '')!r} "
+        return Check("slurm_commands", "warning", f"{', '.join(missing)} not on PATH={facts.environ.get('PATH', '')!r} "
                      f"(found: {', '.join(found) or 'none'}).",
                      "add Slurm's bin directory to PATH; under srun --export=NONE tasks get no PATH: use "
                      "--export=ALL.", srun)
@@ -173,7 +173,7 @@ def check_controller(facts: Facts) -> Check:
     hint = (slurm.failure_hint(output) if not states else
             "check that slurmctld runs on that host (`systemctl status slurmctld` there, or ask your admins) and that "
             "this node reaches its SlurmctldPort; with no cluster, `torchslurm sandbox up` starts a local one.")
-    return Check("slurm_controller", "fail" if in_job else "warn",
+    return Check("slurm_controller", "error" if in_job else "warning",
                  f"`scontrol ping` (exit {code}): {seen}: {effect}.", hint)
 
 
@@ -211,12 +211,12 @@ def _batch_gpus(environ: Mapping[str, str]) -> Check:
     except TorchSlurmError:
         tasks = 1
     if tasks < gpus:
-        return Check("gpus", "warn", f"SLURM_GPUS_ON_NODE={gpus} but SLURM_TASKS_PER_NODE={per_node}: "
+        return Check("gpus", "warning", f"SLURM_GPUS_ON_NODE={gpus} but SLURM_TASKS_PER_NODE={per_node}: "
                      f"`srun python train.py` starts {tasks} rank(s) per node and {gpus - tasks} GPU(s) stay idle.",
                      f"#SBATCH --ntasks-per-node={gpus} (one task per GPU), or start the ranks with "
                      "`torchslurm run train.py`, which starts one rank per GPU on every node.", str(gpus))
     if tasks > gpus:
-        return Check("gpus", "warn", f"SLURM_TASKS_PER_NODE={per_node} but SLURM_GPUS_ON_NODE={gpus}: more ranks "
+        return Check("gpus", "warning", f"SLURM_TASKS_PER_NODE={per_node} but SLURM_GPUS_ON_NODE={gpus}: more ranks "
                      "than GPUs per node; two NCCL ranks on one GPU hang or crash.",
                      f"#SBATCH --ntasks-per-node={gpus}, or request --gpus-per-node={tasks}.", str(gpus))
     return Check("gpus", "ok", f"{gpus} GPU(s) and {tasks} task(s) per node: one rank per GPU.", value=str(gpus))

@@ -1,18 +1,25 @@
 """What `torchslurm doctor` reads and says: the recorded `Facts`, one `Check` per finding, a `Report`
-per process, and the placement helpers every check shares. Pure: torchslurm.doctor.probe records the facts."""
+per process (as JSON and as text), and the placement helpers every check shares. Pure:
+torchslurm.doctor.probe records the facts."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from torchslurm import hostlist
 from torchslurm.errors import EnvError, TorchSlurmError
 from torchslurm.runtime import distenv
 from torchslurm.runtime.netif import IfAddr
+from torchslurm.severity import Status as Status  # re-exported: the checks name it from here
 
-Status = Literal["ok", "warn", "fail"]
+WORDS: dict[Status, str] = {"ok": "ok", "info": "info", "warning": "warn", "error": "fail"}
+"""How the doctor spells a check's status in its JSON (`doctor --json`, and the report a rank sends
+to `doctor --ranks`): the words it has always printed; upper-cased they mark the lines of its text."""
+_STATUS_OF_WORD = {word: status for status, word in WORDS.items()}
+_MARKS = {**{status: word.upper() for status, word in WORDS.items()}, "ok": "ok  "}
+"""The mark of a line of the text report: `ok  `, `WARN`, `FAIL`."""
 
 
 @dataclass(frozen=True)
@@ -94,18 +101,35 @@ class Report:
 
     @property
     def failed(self) -> bool:
-        return any(check.status == "fail" for check in self.checks)
+        return any(check.status == "error" for check in self.checks)
 
     def to_json(self) -> dict[str, Any]:
+        checks = [{**asdict(check), "status": WORDS[check.status]} for check in self.checks]
         return {"host": self.host, "rank": self.rank, "world_size": self.world_size, "launcher": self.launcher,
-                "ok": not self.failed, "checks": [asdict(check) for check in self.checks]}
+                "ok": not self.failed, "checks": checks}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Report:
         """The inverse of `to_json` (a rank's line read back by `doctor --ranks`); KeyError/TypeError if not one."""
-        checks = tuple(Check(c["name"], c["status"], c["detail"], c.get("hint", ""), c.get("value", ""))
-                       for c in data["checks"])
+        checks = tuple(Check(c["name"], _STATUS_OF_WORD[c["status"]], c["detail"], c.get("hint", ""),
+                             c.get("value", "")) for c in data["checks"])
         return cls(str(data["host"]), data["rank"], data["world_size"], data["launcher"], checks)
+
+
+def render(result: Report) -> str:
+    """The report as text; every line prefixed with host/rank when several ranks print at once."""
+    prefix = f"{result.host}/{result.rank}: " if (result.world_size or 1) > 1 else ""
+    where = (f"rank {result.rank} of {result.world_size}, {result.launcher}" if result.rank is not None
+             else "placement unknown")
+    lines = [f"torchslurm doctor on {result.host} ({where})"]
+    width = max(len(check.name) for check in result.checks)
+    for check in result.checks:
+        lines.append(f"  {_MARKS[check.status]}  {check.name:<{width}}  {check.detail}")
+        if check.hint:
+            lines.append(f"        {'':<{width}}  HINT: {check.hint}")
+    counts = {status: sum(c.status == status for c in result.checks) for status in ("ok", "warning", "error")}
+    lines.append(f"{counts['ok']} ok, {counts['warning']} warning(s), {counts['error']} failure(s)")
+    return "\n".join(prefix + line for line in lines) + "\n"
 
 
 def placement(environ: Mapping[str, str]) -> distenv.DistEnv | None:
@@ -153,9 +177,9 @@ def requested_backend(facts: Facts, requested: str | None) -> tuple[str | None, 
 
 def from_error(name: str, exc: TorchSlurmError, value: str = "") -> Check:
     """A failed check from a runtime error: its message as the detail, its hint as the hint."""
-    return Check(name, "fail", exc.message, exc.hint or "", value)
+    return Check(name, "error", exc.message, exc.hint or "", value)
 
 
 def skipped(name: str) -> Check:
-    return Check(name, "warn", "not checked: the placement is inconsistent (see placement).",
+    return Check(name, "warning", "not checked: the placement is inconsistent (see placement).",
                  "fix the placement failure first.")

@@ -35,13 +35,13 @@ def check_master_addr(facts: Facts) -> Check:
     if facts.resolve_error:
         return from_error("master_addr", facts.resolve_error, value=master)
     if not facts.master_ips:
-        return Check("master_addr", "fail", f"{given} resolves to no address here.",
+        return Check("master_addr", "error", f"{given} resolves to no address here.",
                      "use a node name of this job or an IP address.", master)
     shown = f"{given} resolves to {', '.join(facts.master_ips)} on {facts.hostname}"
     first = first_node(env, facts.environ)
     if (first and master != first and facts.first_node_ips and hard_coded
             and not set(facts.master_ips) & set(facts.first_node_ips)):
-        return Check("master_addr", "fail", f"{shown}, but rank 0 runs on {first} ({facts.first_node_ips[0]}), the "
+        return Check("master_addr", "error", f"{shown}, but rank 0 runs on {first} ({facts.first_node_ips[0]}), the "
                      "first node of this Slurm step: rank 0 starts the store there while the others wait at "
                      f"{master} (a hard-coded MASTER_ADDR).", "remove MASTER_ADDR from the job script; torchslurm "
                      "uses the first node of the step (or: scontrol show hostnames $SLURM_JOB_NODELIST | head -n1).",
@@ -49,17 +49,17 @@ def check_master_addr(facts: Facts) -> Check:
     loopback = all(ipaddress.ip_address(ip.split("%", 1)[0]).is_loopback for ip in facts.master_ips)
     if loopback and nodes > 1:
         if netif._is_local_name(master) or not _on_master_node(env):
-            return Check("master_addr", "fail", f"{shown}, a loopback address, but the job spans {nodes} nodes and "
+            return Check("master_addr", "error", f"{shown}, a loopback address, but the job spans {nodes} nodes and "
                          "rank 0 is not on this one: this node's ranks would connect to themselves.",
                          "set MASTER_ADDR to the first node of the job (scontrol show hostnames "
                          "$SLURM_JOB_NODELIST | head -n1), or leave it unset under srun.", master)
-        return Check("master_addr", "warn", f"{shown}, a loopback address (a Debian-style '127.0.1.1 <hostname>' "
+        return Check("master_addr", "warning", f"{shown}, a loopback address (a Debian-style '127.0.1.1 <hostname>' "
                      "line in /etc/hosts): plain Gloo binds loopback and the other nodes get 'Connection refused'. "
                      "torchslurm.init() avoids it by setting GLOO_SOCKET_IFNAME to this node's real interface.",
                      "give the node's name its real address in /etc/hosts, or use torchslurm.init() "
                      "(or set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME per node).", master)
     if facts.source is None:
-        return Check("master_addr", "fail", f"{shown}, but this host has no route to it.",
+        return Check("master_addr", "error", f"{shown}, but this host has no route to it.",
                      "check that MASTER_ADDR names a node of this job.", master)
     return Check("master_addr", "ok", f"{shown}; reached from {facts.source}.", value=master)
 
@@ -81,7 +81,7 @@ def check_master_port(facts: Facts) -> Check:
         return Check("master_port", "ok", f"MASTER_PORT={port}, derived from job {env.job_id} by torchslurm.",
                      value=port)
     if env.job_id is not None:
-        return Check("master_port", "warn", f"MASTER_PORT={port} is fixed inside Slurm job {env.job_id}: when two "
+        return Check("master_port", "warning", f"MASTER_PORT={port} is fixed inside Slurm job {env.job_id}: when two "
                      "jobs share a node, the second job's rank 0 gets 'address in use' and its other ranks join "
                      "the first job's store, breaking both.",
                      f"unset MASTER_PORT; torchslurm derives a job-unique port ({derived} for this step).", port)
@@ -102,7 +102,7 @@ def check_interfaces(facts: Facts, backend: str | None = None) -> list[Check]:
         name, value = var.lower(), facts.environ.get(var)
         if not value:
             if chosen is None:
-                checks.append(Check(name, "fail", f"{var} unset and torchslurm cannot choose an interface: {why}",
+                checks.append(Check(name, "error", f"{var} unset and torchslurm cannot choose an interface: {why}",
                                     fix or f"set {var} to the interface of the cluster network on this node "
                                     f"({_names(facts.interfaces)})."))
             else:
@@ -143,7 +143,7 @@ def _user_interface(var: str, value: str, facts: Facts, env: distenv.DistEnv, ch
     fix = (f"unset {var} (torchslurm picks each node's own interface{': ' + chosen + ' here' if chosen else ''}), "
            f"or set it per node")
     if missing:
-        status: Status = "fail" if important else "warn"
+        status: Status = "error" if important else "warning"
         return Check(var.lower(), status, f"{_setting(var, value)} but this node ({facts.hostname}) has no UP "
                      f"interface {' or '.join(missing)}; it has: {', '.join(names) or 'none'}. Nodes often name "
                      "their NICs differently (eth0, ens1f0, ...), so one value for every node breaks on some of them"
@@ -151,11 +151,11 @@ def _user_interface(var: str, value: str, facts: Facts, env: distenv.DistEnv, ch
                      fix + ".", value)
     loopback = {entry.name for entry in facts.interfaces if entry.loopback}
     if nodes > 1 and set(matched) <= loopback:
-        return Check(var.lower(), "fail" if important else "warn", f"{_setting(var, value)} is the loopback "
+        return Check(var.lower(), "error" if important else "warning", f"{_setting(var, value)} is the loopback "
                      f"interface but the job spans {nodes} nodes: peers on other nodes cannot connect to it.",
                      fix + ".", value)
     if chosen is not None and chosen not in matched:
-        return Check(var.lower(), "warn", f"{_setting(var, value)} exists here, but the kernel reaches the master "
+        return Check(var.lower(), "warning", f"{_setting(var, value)} exists here, but the kernel reaches the master "
                      f"through {chosen}.", f"set {var}={chosen} on this node, or unset it.", value)
     route = " and reaches the master" if chosen in matched else ""
     return Check(var.lower(), "ok", f"{_setting(var, value)} is set; {', '.join(matched)} is UP on "

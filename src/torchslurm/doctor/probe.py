@@ -67,7 +67,7 @@ def check_connect(environ: MutableMapping[str, str], backend: str | None = None,
 
         from torchslurm.runtime import distributed
     except ImportError as exc:
-        return Check("connect", "fail", f"cannot connect without torch ({exc}).", "install torch.")
+        return Check("connect", "error", f"cannot connect without torch ({exc}).", "install torch.")
     start = time.perf_counter()
     try:
         ctx = distributed.init(backend=backend, timeout_s=timeout_s, environ=environ)

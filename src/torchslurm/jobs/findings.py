@@ -11,17 +11,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 from torchslurm import hostlist
 from torchslurm.errors import render
 from torchslurm.jobs.slurm import NodeInfo
 from torchslurm.jobs.spec import TIME_PATTERN, JobSpec, parse_slurm_version
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
+from torchslurm.severity import SEVERITIES as SEVERITIES  # re-exported: lint names them from here
+from torchslurm.severity import Severity as Severity
 
-Severity = Literal["error", "warning", "info"]
-SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
-"""Most severe first: the order findings are reported in."""
 # `--gpus-per-node` arrived with cons_tres in Slurm 19.05; older versions only know `--gres=gpu:N`.
 GPUS_PER_NODE_SINCE = (19, 5)
 

@@ -1,5 +1,6 @@
 """The one seam that runs Slurm commands (`run_command`, `run_command_status`, `SlurmClient`
-for sbatch / squeue / scontrol / scancel) and the parsers of what they print.
+for sbatch / squeue / sinfo / scontrol / scancel, the job commands' and the training's requeue and
+deadline) and the parsers of what they print.
 
 The parsers are pure functions of the text Slurm printed; tests feed them outputs recorded from a
 real Slurm (tests/fixtures/slurm_output/). Accounting may be off (no slurmdbd, so `sacct` fails):
@@ -14,7 +15,9 @@ import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from signal import SIGTERM
 from typing import Protocol
 
 from torchslurm.errors import SlurmError
@@ -245,6 +248,16 @@ def parse_scontrol(stdout: str) -> dict[str, str]:
     return fields
 
 
+def end_time_from_scontrol(fields: Mapping[str, str]) -> float | None:
+    """EndTime of `scontrol show job` (local time, as Slurm prints it) as unix seconds; None when
+    the job has no end (Unknown, None) or the fields have no EndTime."""
+    value = fields.get("EndTime", "")
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        return None
+
+
 def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
     if "JobId" not in fields or "JobState" not in fields:
         raise SlurmError(f"scontrol show job printed no JobId/JobState (got keys {sorted(fields)[:8]}).",
@@ -259,7 +272,8 @@ def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
 
 
 class SlurmClient:
-    """sbatch, squeue, scontrol and scancel for the job commands. Tests pass `run=` a fake."""
+    """sbatch, squeue, sinfo, scontrol and scancel: for the job commands, and for a training job's
+    requeue and deadline. Tests pass `run=` a fake."""
 
     def __init__(self, run: CommandRunner = run_command, environ: Mapping[str, str] | None = None) -> None:
         self._run = run
@@ -293,10 +307,10 @@ class SlurmClient:
                              failure_hint(result.stderr))
         return parse_squeue(result.stdout)
 
-    def show_job(self, job_id: str) -> dict[str, str]:
+    def show_job(self, job_id: str, timeout_s: float = 60) -> dict[str, str]:
         """`scontrol show job -o JOB` fields (finished jobs stay visible for MinJobAge)."""
         job_id = check_job_id(job_id)
-        result = self._call(["scontrol", "show", "job", "-o", job_id], check=False)
+        result = self._call(["scontrol", "show", "job", "-o", job_id], timeout_s=timeout_s, check=False)
         if result.returncode != 0 and "Invalid job id" in result.stderr:
             raise SlurmError(f"job {job_id} is unknown to Slurm: {result.stderr.strip()}.", "it may have finished "
                              "more than MinJobAge ago (`scontrol show config | grep MinJobAge`); its log files are "
@@ -311,6 +325,25 @@ class SlurmClient:
     def status(self, job_id: str) -> JobStatus:
         """scontrol's view (state, exit code, log paths); squeue only answers while queued."""
         return status_from_scontrol(self.show_job(job_id))
+
+    def end_time(self, job_id: str, timeout_s: float = 30) -> float | None:
+        """When Slurm will end the job (its EndTime), in unix seconds; None without a time limit."""
+        return end_time_from_scontrol(self.show_job(job_id, timeout_s))
+
+    def requeue(self, job_id: str, timeout_s: float = 60) -> None:
+        """`scontrol requeue JOB` (JOBID_TASKID for an array task); SlurmError when Slurm refuses."""
+        job_id = check_job_id(job_id)
+        result = self._call(["scontrol", "requeue", job_id], timeout_s=timeout_s, check=False)
+        if result.returncode == -SIGTERM:
+            # Slurm ends the job's processes (SIGTERM, "DUE TO JOB REQUEUE") as soon as it accepts the
+            # requeue, and scontrol, our child in the same job step, can get that SIGTERM before it exits.
+            logger.debug("scontrol requeue %s ended by SIGTERM: Slurm is stopping this run for the requeue", job_id)
+            return
+        if result.returncode != 0:
+            raise SlurmError(
+                f"`scontrol requeue {job_id}` failed ({result.returncode}): {result.stderr.strip()}.",
+                "submit with --requeue (torchslurm does when preemptible: true), and check that JobRequeue is "
+                "not 0 in slurm.conf; the checkpoint is saved, so resubmitting resumes.")
 
     def cancel(self, job_id: str, signal: str | None = None) -> JobStatus | None:
         """scancel JOB (or send it `signal`); the job's status before, None for an array range.

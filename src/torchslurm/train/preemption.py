@@ -49,9 +49,9 @@ from typing import Any
 
 from torchslurm.errors import ConfigError, SlurmError, below_minimum, not_one_of
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
-from torchslurm.jobs.slurm import run_command_status
+from torchslurm.jobs.slurm import SlurmClient, run_command_status
 from torchslurm.jobs.spec import SIGNALS
-from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue
+from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue, slurm_client
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class PreemptionConfig:
         return None if self.end_time is None else self.end_time - self.grace_s
 
 
-def preemption_config(environ: Mapping[str, str], run: Runner | None = None,
+def preemption_config(environ: Mapping[str, str], run: Runner | SlurmClient | None = None,
                       **overrides: Any) -> PreemptionConfig:
     """The config of this job from its environment.
 
@@ -184,13 +184,14 @@ class Preemption:
     """Signal handlers, step-boundary agreement and the requeue for one training run."""
 
     def __init__(self, config: PreemptionConfig | None = None, *, environ: Mapping[str, str] | None = None,
-                 run: Runner = run_command_status, clock: Callable[[], float] = time.time,
+                 run: Runner | SlurmClient = run_command_status, clock: Callable[[], float] = time.time,
                  ask_deadline: bool = False) -> None:
-        """`ask_deadline`: when the config has no end_time, ask Slurm for it (`scontrol show job`
-        through `run`) as the handlers are installed; one rank asking is enough."""
+        """`run`: how Slurm commands run (a Runner, or a SlurmClient). `ask_deadline`: when the config
+        has no end_time, ask Slurm for it (`scontrol show job`) as the handlers are installed; one
+        rank asking is enough."""
         self.config = config or PreemptionConfig()
         self.environ = os.environ if environ is None else environ
-        self._run, self._clock = run, clock
+        self._slurm, self._clock = slurm_client(run), clock
         self._ask_deadline = ask_deadline
         self._received: set[int] = set()
         self._previous: dict[int, Any] = {}
@@ -211,7 +212,7 @@ class Preemption:
         """Install the handlers; the previous ones come back on uninstall(). Python runs signal
         handlers in the main thread only: elsewhere only the deadline can stop the run."""
         if self._ask_deadline and self.config.end_time is None:
-            self.config = replace(self.config, end_time=job_end_time(self.environ, self._run))
+            self.config = replace(self.config, end_time=job_end_time(self.environ, self._slurm))
             self._ask_deadline = False
         if threading.current_thread() is not threading.main_thread():
             logger.warning("not in the main thread: %s not caught; only the job's deadline stops this run early",
@@ -294,7 +295,7 @@ class Preemption:
         if rank == 0:
             plan = plan_requeue(self.environ, self.config.max_requeues, self.request.wants_requeue)
             try:
-                requeue(plan, self._run)
+                requeue(plan, self._slurm)
                 logger.info("stopped on %s; %s", self.request.describe(self.config),
                             f"requeued job {plan.target} ({plan.reason})" if plan.target else
                             f"not requeued: {plan.reason}")
@@ -309,7 +310,7 @@ class Preemption:
         refuses the second requeue of the same job, which is logged at debug level only."""
         plan = plan_requeue(self.environ, self.config.max_requeues, wanted=True)
         try:
-            requeue(plan, self._run, timeout_s=10.0)  # bounded: the ranks must exit soon
+            requeue(plan, self._slurm, timeout_s=10.0)  # bounded: the ranks must exit soon
         except SlurmError as exc:
             logger.debug("requeue after a peer failure: %s", exc)
             return

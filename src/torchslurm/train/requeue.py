@@ -1,22 +1,21 @@
-"""Requeue: when the job ends (its time limit), which job to requeue (array tasks included), whether
-rank 0 requeues after a stop or a peer failure, and `scontrol requeue` itself behind a runner seam.
-The decisions are pure functions of the environ; `requeue` and `job_end_time`'s scontrol call are the
-effects, through a Runner (default: jobs.slurm.run_command_status, which never raises: a stopping
-rank logs a failed command instead)."""
+"""Requeue: when the job ends (its time limit), which job to requeue (array tasks included), and whether
+rank 0 requeues after a stop or a peer failure. The decisions are pure functions of the environ; the
+Slurm commands (`scontrol requeue`, `scontrol show job`'s EndTime) are jobs.slurm.SlurmClient's, run
+through a Runner (default: jobs.slurm.run_command_status, which never raises: a stopping rank logs a
+failed command instead) or a SlurmClient given as it is."""
 
 from __future__ import annotations
 
 import logging
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.jobs.slurm import run_command_status
+from torchslurm.jobs.slurm import SlurmClient, run_command_status
 from torchslurm.runtime.slurmlayout import slurm_job_id
 
 if TYPE_CHECKING:
@@ -28,8 +27,21 @@ Runner = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
 """`run(argv, timeout_s)`: a Slurm command's result, never an exception (tests pass a recorder)."""
 
 
-def job_end_time(environ: Mapping[str, str], run: Runner | None = None) -> float | None:
-    """When Slurm will end this job, in unix seconds; None outside Slurm or without a time limit."""
+def slurm_client(run: Runner | SlurmClient) -> SlurmClient:
+    """The client that runs scontrol: `run` itself when it is one, else one over the Runner."""
+    if isinstance(run, SlurmClient):
+        return run
+
+    def positional(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = None,
+                   env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return run(argv, timeout_s)  # scontrol needs neither a folder nor an environment of its own
+
+    return SlurmClient(run=positional)
+
+
+def job_end_time(environ: Mapping[str, str], run: Runner | SlurmClient | None = None) -> float | None:
+    """When Slurm will end this job, in unix seconds; None outside Slurm or without a time limit.
+    TORCHSLURM_END_TIME, then SLURM_JOB_END_TIME, then (with `run`) `scontrol show job`'s EndTime."""
     for name in ("TORCHSLURM_END_TIME", "SLURM_JOB_END_TIME"):
         text = environ.get(name, "").strip()
         if text:
@@ -41,24 +53,11 @@ def job_end_time(environ: Mapping[str, str], run: Runner | None = None) -> float
     job = requeue_target(environ)
     if run is None or job is None:
         return None
-    result = run(["scontrol", "show", "job", "-o", job], 30.0)
-    if result.returncode != 0:
-        logger.warning("no deadline: `scontrol show job %s` failed (%d): %s", job, result.returncode,
-                       result.stderr.strip())
+    try:
+        return slurm_client(run).end_time(job)
+    except SlurmError as exc:
+        logger.warning("no deadline: %s", exc)
         return None
-    return parse_end_time(result.stdout)
-
-
-def parse_end_time(scontrol_text: str) -> float | None:
-    """EndTime= of `scontrol show job` (local time) as unix seconds; None when Unknown/None."""
-    for token in scontrol_text.split():
-        if token.startswith("EndTime="):
-            value = token.removeprefix("EndTime=")
-            try:
-                return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp()
-            except ValueError:
-                return None
-    return None
 
 
 def requeue_target(environ: Mapping[str, str]) -> str | None:
@@ -103,18 +102,8 @@ def requeues_after_failure(env: DistEnv) -> bool:
     return env.launcher == "srun" or (env.launcher == "torchrun" and env.restarts_left == 0)
 
 
-def requeue(plan: RequeuePlan, run: Runner = run_command_status, timeout_s: float = 60.0) -> None:
-    """Run `scontrol requeue`; raises SlurmError when Slurm refuses (or does not answer in time)."""
-    if plan.target is None:
-        return
-    result = run(["scontrol", "requeue", plan.target], timeout_s)
-    if result.returncode == -signal.SIGTERM:
-        # Slurm ends the job's processes (SIGTERM, "DUE TO JOB REQUEUE") as soon as it accepts the
-        # requeue, and scontrol, our child in the same job step, can get that SIGTERM before it exits.
-        logger.debug("scontrol requeue %s ended by SIGTERM: Slurm is stopping this run for the requeue", plan.target)
-        return
-    if result.returncode != 0:
-        raise SlurmError(
-            f"`scontrol requeue {plan.target}` failed ({result.returncode}): {result.stderr.strip()}.",
-            "submit with --requeue (torchslurm does when preemptible: true), and check that JobRequeue is "
-            "not 0 in slurm.conf; the checkpoint is saved, so resubmitting resumes.")
+def requeue(plan: RequeuePlan, run: Runner | SlurmClient = run_command_status, timeout_s: float = 60.0) -> None:
+    """Requeue `plan.target` through SlurmClient.requeue (nothing when the plan says no); raises
+    SlurmError when Slurm refuses (or does not answer in time)."""
+    if plan.target is not None:
+        slurm_client(run).requeue(plan.target, timeout_s)

@@ -33,7 +33,7 @@ def test_srun_task_placement_is_ok_and_names_the_launcher() -> None:
 
 def test_python_without_srun_in_a_multi_task_allocation_warns_one_gpu_of_many() -> None:
     check = doctor.check_placement(facts(BATCH))
-    assert (check.status, check.value) == ("warn", "batch")
+    assert (check.status, check.value) == ("warning", "batch")
     assert_actionable(check, "SLURM_NTASKS=4", "not started by srun")
     assert "srun python train.py" in check.hint and "srun torchslurm doctor" in check.hint
 
@@ -41,10 +41,10 @@ def test_python_without_srun_in_a_multi_task_allocation_warns_one_gpu_of_many() 
 def test_rank_exported_in_the_job_script_fails_placement_and_skips_what_depends_on_it() -> None:
     env = {**SRUN, "RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "node1", "MASTER_PORT": "1234"}
     checks = by_name(doctor.run_checks(facts(env)))
-    assert checks["placement"].status == "fail"
+    assert checks["placement"].status == "error"
     assert_actionable(checks["placement"], "RANK=0", "SLURM_PROCID=2")
     assert "export RANK" in checks["placement"].hint
-    assert {checks[n].status for n in ("gpus", "master_addr", "master_port", "gloo_socket_ifname")} == {"warn"}
+    assert {checks[n].status for n in ("gpus", "master_addr", "master_port", "gloo_socket_ifname")} == {"warning"}
     assert "not checked" in checks["gpus"].detail
 
 
@@ -68,7 +68,7 @@ def test_one_rank_per_node_with_four_visible_gpus_warns_idle_gpus() -> None:
     env = {**SRUN, "SLURM_PROCID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2",
            "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_GPUS_ON_NODE": "4"}
     check = doctor.check_gpus(facts(env, torch=GPU_TORCH))
-    assert (check.status, check.value) == ("warn", "cuda:0")
+    assert (check.status, check.value) == ("warning", "cuda:0")
     assert_actionable(check, "CUDA_VISIBLE_DEVICES='0,1,2,3'", "3 GPU(s) idle")
     assert "--ntasks-per-node=4" in check.hint
 
@@ -76,7 +76,7 @@ def test_one_rank_per_node_with_four_visible_gpus_warns_idle_gpus() -> None:
 def test_more_ranks_than_gpus_fails_with_the_runtimes_message() -> None:
     env = {**SRUN, "CUDA_VISIBLE_DEVICES": "0"}
     check = doctor.check_gpus(facts(env, torch=TorchFacts("2.13.0", "12.8", 1, "2.27.3", True)))
-    assert check.status == "fail"
+    assert check.status == "error"
     assert_actionable(check, "CUDA_VISIBLE_DEVICES='0'", "2 ranks share")
     assert "--gpus-per-node=2" in check.hint
 
@@ -84,7 +84,7 @@ def test_more_ranks_than_gpus_fails_with_the_runtimes_message() -> None:
 def test_slurm_gpus_but_cpu_only_torch_warns() -> None:
     env = {**SRUN, "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_GPUS_ON_NODE": "2", "SLURM_STEP_GPUS": "0,1"}
     check = doctor.check_gpus(facts(env))
-    assert check.status == "warn"
+    assert check.status == "warning"
     assert_actionable(check, "SLURM_GPUS_ON_NODE=2", "CPU-only build")
 
 
@@ -103,30 +103,30 @@ def test_torchrun_standalone_on_every_node_of_a_step_fails_placement() -> None:
            "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
            "MASTER_ADDR": "localhost", "MASTER_PORT": "29400"}
     check = by_name(doctor.run_checks(facts(env)))["placement"]
-    assert check.status == "fail"
+    assert check.status == "error"
     assert_actionable(check, "WORLD_SIZE=2", "SLURM_STEP_NUM_NODES=2", "separate training")
     assert "--nnodes=2" in check.hint
 
 
 def test_rank_exported_alone_names_the_export_as_the_cause() -> None:
     check = by_name(doctor.run_checks(facts({**SRUN, "SLURM_PROCID": "0", "RANK": "0"})))["placement"]
-    assert check.status == "fail" and "the job script exports RANK" in check.detail
+    assert check.status == "error" and "the job script exports RANK" in check.detail
     assert "remove the `export RANK=…` line" in check.hint
 
 
 def test_batch_shell_compares_tasks_per_node_with_gpus_per_node() -> None:
     few = doctor.check_gpus(facts({**BATCH, "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_GPUS_ON_NODE": "4"}))
-    assert few.status == "warn"
+    assert few.status == "warning"
     assert_actionable(few, "SLURM_GPUS_ON_NODE=4", "SLURM_TASKS_PER_NODE=1(x2)", "3 GPU(s) stay idle")
     assert "--ntasks-per-node=4" in few.hint and "torchslurm run" in few.hint
     many = doctor.check_gpus(facts({**BATCH, "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_GPUS_ON_NODE": "2"}))
-    assert many.status == "warn" and "more ranks than GPUs" in many.detail
+    assert many.status == "warning" and "more ranks than GPUs" in many.detail
     assert doctor.check_gpus(facts({**BATCH, "SLURM_GPUS_ON_NODE": "2"})).status == "ok"
 
 
 def test_gpus_cannot_be_counted_without_torch() -> None:
     check = doctor.check_gpus(facts(SRUN, torch=None))
-    assert check.status == "warn" and "without torch" in check.detail
+    assert check.status == "warning" and "without torch" in check.detail
 
 
 # ---- backend and torch -------------------------------------------------------------------------
@@ -134,32 +134,32 @@ def test_gpus_cannot_be_counted_without_torch() -> None:
 
 def test_nccl_requested_without_cuda_fails() -> None:
     check = doctor.check_backend(facts(SRUN), "nccl")
-    assert (check.status, check.value) == ("fail", "nccl")
+    assert (check.status, check.value) == ("error", "nccl")
     assert_actionable(check, "--backend nccl", "torch.cuda.device_count()=0")
     assert "--backend gloo" in check.hint
 
 
 def test_nccl_from_the_generated_job_script_on_a_cpu_node_fails_naming_the_variable() -> None:
     check = doctor.check_backend(facts({**SRUN, "TORCHSLURM_BACKEND": "nccl"}))
-    assert check.status == "fail"
+    assert check.status == "error"
     assert_actionable(check, "TORCHSLURM_BACKEND=nccl", "no CUDA device")
     assert doctor.check_backend(facts({**SRUN, "TORCHSLURM_BACKEND": "nccl"}), "gloo").status == "ok"
     bad = doctor.check_backend(facts({**SRUN, "TORCHSLURM_BACKEND": "mpi"}))
-    assert bad.status == "fail" and "TORCHSLURM_BACKEND=mpi" in bad.detail
+    assert bad.status == "error" and "TORCHSLURM_BACKEND=mpi" in bad.detail
 
 
 def test_backend_defaults_follow_the_device() -> None:
     assert doctor.check_backend(facts(SRUN)).value == "gloo"
     assert doctor.check_backend(facts(SRUN, torch=GPU_TORCH)).value == "nccl"
     no_nccl = TorchFacts("2.13.0", "12.8", 4, None, True)
-    assert doctor.check_backend(facts(SRUN, torch=no_nccl)).status == "fail"
+    assert doctor.check_backend(facts(SRUN, torch=no_nccl)).status == "error"
 
 
 def test_torch_versions_and_missing_torch() -> None:
     ok = doctor.check_torch(facts(SRUN, torch=GPU_TORCH))
     assert ok.status == "ok" and "CUDA 12.8" in ok.detail and "NCCL 2.27.3" in ok.detail
     missing = doctor.check_torch(facts(SRUN, torch=None, torch_error="No module named 'torch'"))
-    assert missing.status == "warn" and "not installed" in missing.detail and "pip install torch" in missing.hint
+    assert missing.status == "warning" and "not installed" in missing.detail and "pip install torch" in missing.hint
 
 
 # ---- NCCL's environment -------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def test_torch_versions_and_missing_torch() -> None:
 def test_nccl_ib_disable_on_a_host_with_infiniband_warns() -> None:
     env = {**SRUN, "NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "INFO"}
     warned = doctor.check_nccl_env(facts(env, infiniband=("mlx5_0",)))
-    assert warned.status == "warn"
+    assert warned.status == "warning"
     assert_actionable(warned, "NCCL_IB_DISABLE=1", "mlx5_0")
     plain = doctor.check_nccl_env(facts(env))
     assert plain.status == "ok" and plain.detail == "set: NCCL_DEBUG=INFO, NCCL_IB_DISABLE=1."
@@ -182,11 +182,11 @@ def test_slurm_commands() -> None:
     assert doctor.check_slurm_commands(facts({}, commands={})).status == "ok"
     assert doctor.check_slurm_commands(facts(SRUN)).value == "/usr/bin/srun"
     lost = doctor.check_slurm_commands(facts({**BATCH, "PATH": ""}, commands={}))
-    assert lost.status == "fail"
+    assert lost.status == "error"
     assert_actionable(lost, "srun", "PATH=''")
     assert "--export=ALL" in lost.hint
     partial = doctor.check_slurm_commands(facts({"PATH": "/opt"}, commands={"sbatch": "/opt/sbatch"}))
-    assert partial.status == "warn" and "srun" in partial.detail
+    assert partial.status == "warning" and "srun" in partial.detail
 
 
 UP = "Slurmctld(primary) at ctl1 is UP\nSlurmctld(backup) at ctl2 is DOWN\n"
@@ -203,16 +203,16 @@ def test_a_controller_that_answers_is_ok_and_named() -> None:
 
 def test_a_controller_that_is_down_fails_inside_a_job_and_warns_outside() -> None:
     inside = doctor.check_controller(facts(SRUN, controller=(1, DOWN)))
-    assert inside.status == "fail"
+    assert inside.status == "error"
     assert_actionable(inside, "ctl1 (primary) is DOWN", "requeue")
     assert "slurmctld runs on that host" in inside.hint
     outside = doctor.check_controller(facts({"PATH": "/usr/bin"}, controller=(1, DOWN)))
-    assert outside.status == "warn" and "`torchslurm run` on this machine still works" in outside.detail
+    assert outside.status == "warning" and "`torchslurm run` on this machine still works" in outside.detail
 
 
 def test_a_client_without_a_cluster_configuration_says_which_file_to_fix() -> None:
     check = doctor.check_controller(facts({"PATH": "/usr/bin"}, controller=(1, NO_CONFIG)))
-    assert check.status == "warn"
+    assert check.status == "warning"
     assert_actionable(check, "Could not establish a configuration source", "exit 1")
     assert "SLURM_CONF" in check.hint
 
@@ -239,7 +239,7 @@ def test_report_with_a_failure_is_failed() -> None:
     f = facts({**SRUN, "GLOO_SOCKET_IFNAME": "eth0"})
     result = doctor.report(f, doctor.run_checks(f))
     assert result.failed and result.to_json()["ok"] is False
-    failed = [c for c in result.checks if c.status == "fail"]
+    failed = [c for c in result.checks if c.status == "error"]
     assert [c.name for c in failed] == ["gloo_socket_ifname"] and failed[0].hint.startswith("unset GLOO_SOCKET_IFNAME")
 
 

@@ -1,4 +1,4 @@
-"""torchslurm.doctor.facts: the Report's JSON form, checks made from errors, and the placement helpers."""
+"""torchslurm.doctor.facts: the Report's JSON and text forms, checks made from errors, and the placement helpers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ BATCH = {"SLURM_JOB_ID": "42", "SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_
          "SLURM_JOB_NODELIST": "node[1-2]"}
 FAILED = Report("node2", 2, 4, "srun", (
     Check("placement", "ok", "srun task 2 of 4.", value="srun"),
-    Check("gloo_socket_ifname", "fail", "GLOO_SOCKET_IFNAME=eth0 does not exist on node2.", "unset it.", "eth0"),
+    Check("gloo_socket_ifname", "error", "GLOO_SOCKET_IFNAME=eth0 does not exist on node2.", "unset it.", "eth0"),
 ))
 
 
@@ -30,10 +30,37 @@ def test_a_report_read_back_from_its_json_line_is_the_same_report() -> None:
             Report.from_json(not_a_report)  # type: ignore[arg-type]
 
 
+def test_the_json_spells_statuses_as_the_doctor_always_has() -> None:
+    warned = Report("n1", None, None, None, (Check("torch", "warning", "torch is not installed."),))
+    assert [c["status"] for c in FAILED.to_json()["checks"]] == ["ok", "fail"]
+    assert warned.to_json()["checks"][0]["status"] == "warn" and warned.to_json()["ok"] is True
+    with pytest.raises(KeyError):
+        Report.from_json({**warned.to_json(), "checks": [{"name": "x", "status": "bad", "detail": ""}]})
+
+
+def test_every_line_names_host_and_rank_when_several_ranks_print() -> None:
+    many = Report("node2", 2, 4, "srun", tuple(Check(f"check_{i}", "ok", "x" * 100) for i in range(20)))
+    text = facts.render(many)
+    assert all(line.startswith("node2/2: ") for line in text.splitlines())
+    assert text.splitlines()[-1] == "node2/2: 20 ok, 0 warning(s), 0 failure(s)"
+    assert not facts.render(Report("node2", 0, 1, "srun", many.checks)).startswith("node2/")
+
+
+def test_a_failure_shows_its_hint_under_it_and_every_status_its_mark() -> None:
+    lines = facts.render(FAILED).splitlines()
+    fail = next(i for i, line in enumerate(lines) if "FAIL  gloo_socket_ifname" in line)
+    assert lines[fail + 1].strip().endswith("HINT: unset it.")
+    assert lines[-1].endswith("1 ok, 0 warning(s), 1 failure(s)")
+    warned = Report("n1", None, None, None, (Check("torch", "warning", "torch is not installed.", "install it."),))
+    assert facts.render(warned).splitlines()[1:] == [
+        "  WARN  torch  torch is not installed.", "               HINT: install it.",
+        "0 ok, 1 warning(s), 0 failure(s)"]
+
+
 def test_a_check_from_an_error_takes_its_message_and_hint_as_they_are() -> None:
     error = EnvError("MASTER_PORT=70000 is not a TCP port (1-65535).", "unset MASTER_PORT.")
     assert facts.from_error("master_port", error, "70000") == Check(
-        "master_port", "fail", "MASTER_PORT=70000 is not a TCP port (1-65535).", "unset MASTER_PORT.", "70000")
+        "master_port", "error", "MASTER_PORT=70000 is not a TCP port (1-65535).", "unset MASTER_PORT.", "70000")
     assert facts.from_error("x", EnvError("no hint here.")).hint == ""
 
 

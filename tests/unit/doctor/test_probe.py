@@ -30,4 +30,4 @@ def test_the_real_scontrol_ping_of_a_controller_nobody_runs_is_reported_down(tmp
         found = probe.gather({"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"})
     check = doctor.check_controller(found)
     assert found.controller is not None and found.controller[0] != 0, found.controller
-    assert check.status == "warn" and "(primary) is DOWN" in check.detail, check
+    assert check.status == "warning" and "(primary) is DOWN" in check.detail, check

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from torchslurm.jobs.slurm import (
     SINFO_FORMAT,
     TIMED_OUT,
     SlurmClient,
+    end_time_from_scontrol,
     explain_reason,
     gpus_of_gres,
     parse_job_id,
@@ -251,3 +253,24 @@ def test_a_pending_reason_is_said_in_words() -> None:
     assert explain_reason(held.reason) == "JobHeldUser (held by its owner: `scontrol release JOB` lets it start)"
     assert explain_reason("PartitionConfig").startswith("PartitionConfig (it asks for more than the partition")
     assert explain_reason("SomethingNew") == "SomethingNew"
+
+
+def test_end_time_is_scontrol_s_end_time_in_local_time() -> None:
+    fields = parse_scontrol(fixture("scontrol_running.txt"))
+    assert end_time_from_scontrol(fields) == datetime(2026, 11, 25, 22, 32, 24).timestamp()
+    assert end_time_from_scontrol(parse_scontrol("JobId=1 EndTime=Unknown Deadline=N/A")) is None
+    assert end_time_from_scontrol(parse_scontrol("JobId=1")) is None
+    run = FakeRun({"scontrol": (0, fixture("scontrol_running.txt"), "")})
+    assert SlurmClient(run=run).end_time("1") == end_time_from_scontrol(fields)
+    assert run.calls == [["scontrol", "show", "job", "-o", "1"]]
+
+
+def test_requeue_runs_scontrol_and_a_refusal_carries_its_fix() -> None:
+    run = FakeRun({"scontrol": (0, "", "")})
+    SlurmClient(run=run).requeue("1040_3")
+    assert run.calls == [["scontrol", "requeue", "1040_3"]]
+    SlurmClient(run=FakeRun({"scontrol": (-15, "", "")})).requeue("17")  # ended by the requeue's own SIGTERM
+    refused = FakeRun({"scontrol": (1, "", "scontrol_requeue error: Requested operation is presently disabled")})
+    with pytest.raises(SlurmError, match=r"^`scontrol requeue 9` failed \(1\): .*presently disabled\. HINT: submit "
+                       r"with --requeue"):
+        SlurmClient(run=refused).requeue("9")

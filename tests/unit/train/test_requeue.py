@@ -1,4 +1,5 @@
-"""requeue.py: which job to requeue and when, the job's end time, and `scontrol requeue` through a fake runner."""
+"""requeue.py: which job to requeue and when, the job's end time, and `scontrol requeue` through a fake
+runner or a SlurmClient (the commands and their parsing are SlurmClient's: tests/unit/jobs/test_slurm.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import pytest
 from tests.unit.train.conftest import Recorder
 
 from torchslurm.errors import ConfigError, SlurmError
+from torchslurm.jobs.slurm import SlurmClient
 from torchslurm.runtime.distenv import DistEnv
 from torchslurm.train.requeue import (
     RequeuePlan,
     job_end_time,
-    parse_end_time,
     plan_requeue,
     requeue,
     requeue_target,
@@ -103,9 +104,12 @@ def test_end_time_sources_in_order() -> None:
         job_end_time({"SLURM_JOB_END_TIME": "soon"})
 
 
-def test_parse_end_time_unknown() -> None:
-    assert parse_end_time("JobId=1 EndTime=Unknown Deadline=N/A") is None
-    assert parse_end_time("JobId=1") is None
+def test_a_slurm_client_is_taken_as_it_is() -> None:
+    scontrol = Recorder(stdout=SCONTROL_JOB)
+    client = SlurmClient(run=lambda argv, **kw: scontrol(argv, kw["timeout_s"]))
+    assert job_end_time({"SLURM_JOB_ID": "57"}, client) == datetime(2026, 11, 25, 22, 41, 3).timestamp()
+    requeue(RequeuePlan("57", "restart 1 of at most 3"), client)
+    assert scontrol.calls == [["scontrol", "show", "job", "-o", "57"], ["scontrol", "requeue", "57"]]
 
 
 def test_a_refusal_carries_its_fix_as_the_hint() -> None:
@@ -118,7 +122,3 @@ def test_a_refusal_carries_its_fix_as_the_hint() -> None:
 def test_an_array_task_with_an_empty_job_id_is_no_job() -> None:
     assert requeue_target({"SLURM_JOB_ID": ""}) is None
     assert plan_requeue({"SLURM_JOB_ID": ""}, 3, wanted=True).target is None
-
-
-def test_parse_end_time_reads_local_time() -> None:
-    assert parse_end_time("JobId=1 EndTime=2026-01-02T03:04:05 X=1") == datetime(2026, 1, 2, 3, 4, 5).timestamp()

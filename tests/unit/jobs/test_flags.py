@@ -1,0 +1,40 @@
+"""jobs.flags: sbatch's spellings the job spec says another way, sbatch-only options, and Slurm flags
+given after the script (the CLI's messages from them: tests/unit/cli/test_jobs_ux.py)."""
+
+from __future__ import annotations
+
+from torchslurm.jobs.flags import SBATCH_ONLY, SLURM_EQUIVALENTS, flag_name, misplaced_flags, slurm_flag_advice
+
+SPEC_FLAGS = {"--gpus-per-node", "--tasks-per-node", "--name", "--nodes", "--partition", "--time"}
+
+
+def test_a_flag_is_named_without_its_value() -> None:
+    assert [flag_name(a) for a in ("--gpus=8", "--gpus", "-n4", "-G")] == ["--gpus", "--gpus", "-n", "-G"]
+
+
+def test_an_sbatch_spelling_is_advised_only_where_its_torchslurm_flag_is_accepted() -> None:
+    what, hint = slurm_flag_advice("--gpus=8", SPEC_FLAGS) or ("", "")
+    assert what == "--gpus is Slurm's GPU count for the whole job; torchslurm asks per node"
+    assert hint.startswith("use --gpus-per-node N")
+    assert slurm_flag_advice("-J", SPEC_FLAGS) == (
+        "-J is spelled --name in torchslurm (rendered as #SBATCH --job-name)", "use --name NAME")
+    assert slurm_flag_advice("-t10", SPEC_FLAGS) == ("-t is sbatch's short form of --time", "use --time")
+    assert slurm_flag_advice("--gpus=8", {"--nproc"}) is None  # e.g. `torchslurm run`: no --gpus-per-node
+    assert slurm_flag_advice("--lr=0.1", SPEC_FLAGS) is None
+
+
+def test_an_sbatch_only_option_points_at_sbatch_itself() -> None:
+    what, hint = slurm_flag_advice("--reservation=r1", SPEC_FLAGS) or ("", "")
+    assert what.startswith("--reservation is an sbatch option that the job spec has no field for")
+    assert "`sbatch --reservation=... job.sbatch`" in hint
+    assert slurm_flag_advice("--reservation=r1", {"--gpus-per-node"}) is None  # not a job command
+    assert not SBATCH_ONLY & set(SLURM_EQUIVALENTS)
+
+
+def test_slurm_flags_after_the_script_are_errors_once_each() -> None:
+    found = misplaced_flags("t.py", ["--nodes", "4", "--lr", "0.1", "--time=10", "--nodes=2"])
+    assert [(f.severity, f.code, f.message.split(" comes")[0]) for f in found] == [
+        ("error", "misplaced-flag", "--nodes"), ("error", "misplaced-flag", "--time")]
+    assert found[0].hint == ("put torchslurm's flags before the script (--nodes ... t.py ...); if t.py itself "
+                             "takes --nodes, give --force before t.py")
+    assert misplaced_flags("t.py", ["--lr", "0.1"]) == []
