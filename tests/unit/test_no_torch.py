@@ -12,7 +12,8 @@ WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 
 SRC = Path(__file__).parents[2] / "src"
 # Modules that train, and so import torch at the top; every other module must import without it.
-TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "torchslurm.train.rng", "torchslurm.train.report",
+TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "torchslurm.train.rng",
+                 "torchslurm.train.report",
                  "torchslurm.train.metrics", "torchslurm.train.data", "torchslurm.train.models",
                  "torchslurm.train.watchdog", "torchslurm.train.fsdp",
                  "torchslurm.train.strategy", "torchslurm.train.tasks", "torchslurm.train.text",
