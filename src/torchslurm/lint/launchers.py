@@ -8,29 +8,45 @@ accelerate), the machine rank and the main process address. Pure, nothing execut
 
 from __future__ import annotations
 
-from torchslurm.jobs.findings import Finding
-from torchslurm.lint.launch import gpus_per_node, leading_int, step_nodes
-from torchslurm.lint.parse import Launch, Script
-from torchslurm.lint.shell import batch_expanded, shown
+from collections.abc import Iterator
 
-__all__ = ["check_batch_expanded", "check_deepspeed_accelerate"]
+from torchslurm.jobs.findings import Finding
+from torchslurm.lint.allocation import Allocation, step_nodes
+from torchslurm.lint.parse import Launch
+from torchslurm.lint.registry import Context, rule
+from torchslurm.lint.shell import batch_expanded, shown
 
 _NODES_OPTION = {"deepspeed": "num-nodes", "accelerate": "num-machines"}
 _RANK_OPTIONS = ("node-rank", "machine-rank")
 
 
-def check_deepspeed_accelerate(s: Script) -> list[Finding]:
-    out: list[Finding] = []
-    job_nodes, gpus = leading_int(s.directives.get("nodes")) or 1, gpus_per_node(s.directives)
-    for ln in s.launches:
-        if ln.launcher not in _NODES_OPTION:
-            continue
-        # deepspeed reaches the other nodes itself (pdsh/ssh over its hostfile); accelerate needs srun for that
-        nodes = step_nodes(ln, job_nodes) if ln.under_srun else job_nodes
-        out += _check_nodes(ln, nodes)
-        out += _check_processes(ln, nodes, gpus)
-        out += _check_machine_rank(ln, nodes)
-    return out
+def _launchers(c: Context) -> Iterator[tuple[Launch, int]]:
+    """deepspeed and accelerate lines, with the nodes each spans."""
+    job_nodes = Allocation.of(c.script).nodes
+    for ln in c.script.launches:
+        if ln.launcher in _NODES_OPTION:
+            # deepspeed reaches the other nodes itself (pdsh/ssh over its hostfile); accelerate needs srun for that
+            yield ln, step_nodes(ln, job_nodes) if ln.under_srun else job_nodes
+
+
+@rule("launcher-nodes", "error",
+      summary="deepspeed's --num_nodes or accelerate's --num_machines differ from the job's nodes.")
+def launcher_nodes(c: Context) -> Iterator[Finding]:
+    for ln, nodes in _launchers(c):
+        yield from _check_nodes(ln, nodes)
+
+
+@rule("launcher-processes", "error", summary="accelerate's --num_processes (all machines) differ from nodes x GPUs.")
+def launcher_processes(c: Context) -> Iterator[Finding]:
+    gpus = Allocation.of(c.script).gpus_per_node
+    for ln, nodes in _launchers(c):
+        yield from _check_processes(ln, nodes, gpus)
+
+
+@rule("launcher-node-rank", "error", summary="accelerate's --machine_rank the same on every node (static rendezvous).")
+def launcher_node_rank(c: Context) -> Iterator[Finding]:
+    for ln, nodes in _launchers(c):
+        yield from _check_machine_rank(ln, nodes)
 
 
 def _check_nodes(ln: Launch, nodes: int) -> list[Finding]:
@@ -74,10 +90,21 @@ def _check_machine_rank(ln: Launch, nodes: int) -> list[Finding]:
                     "srun bash -c 'accelerate launch --machine_rank $SLURM_NODEID ...' (single quotes).")]
 
 
-def check_batch_expanded(s: Script) -> list[Finding]:
-    """`srun python train.py --rank=$SLURM_PROCID`: the batch shell expands it once, to 0, for every task."""
-    out = []
-    for ln in s.launches:
+# what torch's env:// rendezvous and most training scripts read from the environment as their own rank
+_RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK"}
+
+
+@rule("batch-shell-rank", "error", summary="a per-task variable expanded once by the batch shell where it matters.")
+def batch_shell_rank(c: Context) -> Iterator[Finding]:
+    """A rank variable the batch shell expands once, to task 0's value, for every task: in a launch line
+    (`srun python train.py --rank=$SLURM_PROCID`), or exported before srun (`export RANK=$SLURM_PROCID`).
+    A variable that is not exported, or that no program reads as its rank, does no harm."""
+    yield from _batch_expanded_exports(c)
+    yield from _batch_expanded_words(c)
+
+
+def _batch_expanded_words(c: Context) -> Iterator[Finding]:
+    for ln in c.script.launches:
         if not ln.under_srun:
             continue
         skip = {ln.launcher_opts.get(key) for key in _RANK_OPTIONS}
@@ -86,10 +113,23 @@ def check_batch_expanded(s: Script) -> list[Finding]:
             if name is None or word in skip or any(word.lstrip("-").replace("_", "-").startswith(key + "=")
                                                    for key in _RANK_OPTIONS):
                 continue
-            out.append(Finding("error", "batch-shell-rank",
-                               f"line {ln.line}: `{shown(word)}` is expanded once, by the batch shell before srun "
-                               f"starts, where {name} is 0: every task gets the same value.",
-                               f"let each task expand it: srun bash -c '... ${name} ...' (single quotes), or drop "
-                               "it: torchslurm.init() and the launchers give each rank its own."))
+            yield Finding("error", "batch-shell-rank",
+                          f"line {ln.line}: `{shown(word)}` is expanded once, by the batch shell before srun "
+                          f"starts, where {name} is 0: every task gets the same value.",
+                          f"let each task expand it: srun bash -c '... ${name} ...' (single quotes), or drop "
+                          "it: torchslurm.init() and the launchers give each rank its own.")
             break
-    return out
+
+
+def _batch_expanded_exports(c: Context) -> Iterator[Finding]:
+    s = c.script
+    if not any(ln.under_srun for ln in s.launches):
+        return
+    for key, (line, value) in s.exports.items():
+        name = batch_expanded(value)
+        if name and key in _RANK_ENV and key in s.exported:
+            yield Finding("error", "batch-shell-rank",
+                          f"line {line}: {key}={shown(value)} is evaluated once in the batch shell, where {name} "
+                          "is 0; every rank gets the same value.",
+                          f"remove it: each task sets {key} from its own SLURM_* variables "
+                          "(torchslurm.init() reads them).")

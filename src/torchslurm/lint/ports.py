@@ -15,13 +15,13 @@ Pure, nothing executed.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from torchslurm.jobs.findings import Finding, Severity
-from torchslurm.lint.launch import gpus_per_node
+from torchslurm.lint.allocation import gpus_per_node
 from torchslurm.lint.parse import Launch, Script
+from torchslurm.lint.registry import Context, rule
 from torchslurm.runtime.ports import RDZV_PORT_EXPR
-
-__all__ = ["check_ports", "node_sharing"]
 
 WHOLE_NODE_GPUS = 8
 """GPUs per node that mean the job holds the whole node (8-GPU servers are the largest common ones)."""
@@ -49,8 +49,7 @@ def node_sharing(s: Script) -> tuple[Severity, str]:
     return "error", "the job does not hold whole nodes (no --exclusive), so another job can share the node"
 
 
-def _finding(severity: Severity, what: str, why: str, hint: str) -> Finding:
-    code = "fixed-port" if "rdzv-endpoint" in what else "fixed-master-port"
+def _finding(severity: Severity, code: str, what: str, why: str, hint: str) -> Finding:
     if severity == "info":
         return Finding("info", code, f"{what} is fixed; safe here: {why}.", f"to run on shared nodes too, {hint}.")
     return Finding(severity, code, f"{what} is fixed: {why}; the second one to bind it gets EADDRINUSE or joins "
@@ -61,30 +60,34 @@ def _literal_port(value: str) -> bool:
     return value.isdigit()
 
 
-def check_ports(s: Script) -> list[Finding]:
-    """Every literal port, each judged by how the node is shared."""
-    severity, why = node_sharing(s)
-    out: list[Finding] = []
-    exports = {**s.task_exports, **s.exports}
+def _launchers(s: Script) -> Iterator[Launch]:
+    """Launch lines whose launcher takes a port (--standalone picks a free one itself)."""
+    return (ln for ln in s.launches if ln.launcher is not None and "standalone" not in ln.launcher_opts)
+
+
+@rule("fixed-master-port", "error", "warning", "info",
+      summary="a literal MASTER_PORT, --master-port or --main-process-port, judged by how the node is shared.")
+def fixed_master_port(c: Context) -> Iterator[Finding]:
+    severity, why = node_sharing(c.script)
+    exports = {**c.script.task_exports, **c.script.exports}
     if "MASTER_PORT" in exports and _literal_port(exports["MASTER_PORT"][1]):
         line, value = exports["MASTER_PORT"]
-        out.append(_finding(severity, f"line {line}: MASTER_PORT={value}", why,
-                            "remove it: torchslurm.init() derives the port from SLURM_JOB_ID; or " + _PORT_HINT))
-    for ln in s.launches:
-        out += _launch_ports(ln, severity, why)
-    return out
+        yield _finding(severity, "fixed-master-port", f"line {line}: MASTER_PORT={value}", why,
+                       "remove it: torchslurm.init() derives the port from SLURM_JOB_ID; or " + _PORT_HINT)
+    for ln in _launchers(c.script):
+        for key in ("master-port", "main-process-port"):
+            if _literal_port(ln.launcher_opts.get(key, "")):
+                yield _finding(severity, "fixed-master-port",
+                               f"line {ln.line}: {ln.launcher} --{key}={ln.launcher_opts[key]}", why,
+                               f"--{key}={RDZV_PORT_EXPR} (a port per job)")
 
 
-def _launch_ports(ln: Launch, severity: Severity, why: str) -> list[Finding]:
-    opts, where = ln.launcher_opts, f"line {ln.line}: {ln.launcher}"
-    if ln.launcher is None or "standalone" in opts:  # --standalone picks a free port itself
-        return []
-    out = []
-    for key in ("master-port", "main-process-port"):
-        if _literal_port(opts.get(key, "")):
-            out.append(_finding(severity, f"{where} --{key}={opts[key]}", why,
-                                f"--{key}={RDZV_PORT_EXPR} (a port per job)"))
-    endpoint = ln.rdzv_endpoint or ""
-    if re.search(r":\d+$", endpoint):
-        out.append(_finding(severity, f"{where} --rdzv-endpoint={endpoint}", why, _PORT_HINT))
-    return out
+@rule("fixed-port", "error", "warning", "info",
+      summary="a literal port in --rdzv-endpoint, judged by how the node is shared.")
+def fixed_port(c: Context) -> Iterator[Finding]:
+    severity, why = node_sharing(c.script)
+    for ln in _launchers(c.script):
+        endpoint = ln.rdzv_endpoint or ""
+        if re.search(r":\d+$", endpoint):
+            yield _finding(severity, "fixed-port", f"line {ln.line}: {ln.launcher} --rdzv-endpoint={endpoint}", why,
+                           _PORT_HINT)

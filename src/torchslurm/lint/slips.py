@@ -8,28 +8,24 @@ value `odes=3`). Pure, nothing executed.
 from __future__ import annotations
 
 from torchslurm.jobs.findings import Finding, Severity
-from torchslurm.lint.parse import Script
-
-__all__ = ["check_shell_slips"]
+from torchslurm.lint.registry import Context, rule
 
 # options whose loss changes what the job gets; another ignored directive is most likely switched off on purpose
 _LAYOUT = {"nodes", "ntasks", "ntasks-per-node", "gpus", "gpus-per-node", "gpus-per-task", "gres", "cpus-per-task",
            "time", "partition", "mem", "exclusive", "account", "qos"}
 
 
-def check_shell_slips(s: Script) -> list[Finding]:
-    return [*_assign_space(s), *_ignored_directives(s), *_one_dash(s)]
-
-
-def _assign_space(s: Script) -> list[Finding]:
+@rule("assign-space", "error", summary="`NCCL_DEBUG= INFO`: bash runs `INFO` as a command.")
+def assign_space(c: Context) -> list[Finding]:
     return [Finding("error", "assign-space",
                     f"line {line}: `{name}= {value}` has a space after `=`: bash sets {name} to the empty string and "
                     f"runs `{value}` as a command (command not found; with `set -e` the script stops there).",
-                    f"{name}={value} (no spaces around `=`).") for line, name, value in s.assign_space]
+                    f"{name}={value} (no spaces around `=`).") for line, name, value in c.script.assign_space]
 
 
-def _ignored_directives(s: Script) -> list[Finding]:
-    out = []
+@rule("ignored-directive", "error", "info", summary="`# SBATCH` or an indented `#SBATCH`: sbatch skips it.")
+def ignored_directive(c: Context) -> list[Finding]:
+    s, out = c.script, []
     working = {key for _, key, _ in s.directive_list}
     for line, text, options in s.ignored_directives:
         lost = [key for key, _ in options if key not in working]
@@ -47,9 +43,10 @@ def _ignored_directives(s: Script) -> list[Finding]:
     return out
 
 
-def _one_dash(s: Script) -> list[Finding]:
+@rule("one-dash-option", "error", summary="`#SBATCH -nodes=3` is read as `-n odes=3`.")
+def one_dash_option(c: Context) -> list[Finding]:
     out = []
-    for line, word in s.one_dash:
+    for line, word in c.script.one_dash:
         letter, rest = word[1], word[2:]
         out.append(Finding("error", "one-dash-option",
                            f"line {line}: #SBATCH {word} has one dash: sbatch reads it as the short option -{letter} "

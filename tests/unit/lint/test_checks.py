@@ -11,8 +11,9 @@ import pytest
 from torchslurm.cli import main
 from torchslurm.jobs.sbatch import render
 from torchslurm.jobs.spec import JobSpec
-from torchslurm.lint.checks import edit_distance, lint, parse
-from torchslurm.lint.launch import gpus_per_node, tasks_per_node
+from torchslurm.lint.allocation import gpus_per_node, tasks_per_node
+from torchslurm.lint.checks import lint, parse
+from torchslurm.lint.directives import edit_distance
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 SEEDS = FIXTURES / "seed_scripts"
