@@ -1,3 +1,4 @@
 """`torchslurm lint`: read an sbatch script as bash and sbatch do (`lines`, `shell`, `options`,
-`parse`) and find the classic distributed-training mistakes in it (`checks` for directives,
-`launch` and `launchers` for the lines that start training, `ports`, `slips`). No torch."""
+`parse`), know its allocation (`allocation`), and run every rule of the registry (`registry`) over it:
+the directives' and batch shell's (`directives`), the launch lines' (`launch`, `launchers`), fixed
+ports (`ports`) and shell slips (`slips`); `checks.lint()` is the entry. No torch."""

@@ -11,7 +11,6 @@ import pytest
 from torchslurm.cli import main
 from torchslurm.jobs.sbatch import render
 from torchslurm.jobs.spec import JobSpec
-from torchslurm.lint.allocation import gpus_per_node, tasks_per_node
 from torchslurm.lint.checks import lint, parse
 from torchslurm.lint.directives import edit_distance
 
@@ -99,14 +98,6 @@ def test_directives_after_first_command_are_ignored_like_sbatch() -> None:
     script = parse("#!/bin/bash\n#SBATCH --nodes=2\necho hi\n#SBATCH --nodes=8\n")
     assert script.directives == {"nodes": "2"}
 
-
-@pytest.mark.parametrize(("directives", "gpus", "tasks"), [
-    ({"gres": "gpu:4"}, 4, None), ({"gres": "gpu:a100:2,tmp:10G"}, 2, None), ({"gpus-per-node": "8"}, 8, None),
-    ({"gpus-per-task": "1", "ntasks-per-node": "4"}, 4, 4), ({"gpus": "8", "nodes": "2"}, 4, None),
-    ({"ntasks": "16", "nodes": "4"}, None, 4),
-])
-def test_resource_reading(directives: dict[str, str], gpus: int | None, tasks: int | None) -> None:
-    assert (gpus_per_node(directives), tasks_per_node(directives)) == (gpus, tasks)
 
 
 def test_log_dir_checked_with_path_exists() -> None:
