@@ -32,12 +32,8 @@ TESTED_ELSEWHERE = {
     "torchslurm.cli.script": "tests/unit/cli/test_jobs_ux.py",
     "torchslurm.cli.run": "tests/unit/cli/test_run_ux.py",
     "torchslurm.cli.sandbox": "tests/cluster/test_sandbox.py",
-    "torchslurm.cli.lint": "tests/unit/lint/test_corpus.py",
     "torchslurm.lint.lines": "tests/unit/lint/test_parse.py",
     "torchslurm.lint.options": "tests/unit/lint/test_parse.py",
-    # the rule modules: every rule's mistake and fix in test_registry.py, its details in test_checks.py
-    **{f"torchslurm.lint.{name}": "tests/unit/lint/test_registry.py"
-       for name in ("directives", "launch", "launchers", "ports", "slips")},
 }
 
 

@@ -77,7 +77,7 @@ def bash_syntax(text: str) -> tuple[int, str] | None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.lint.checks import lint
+    from torchslurm.lint.report import lint
 
     worst = 0
     for path in args.scripts:

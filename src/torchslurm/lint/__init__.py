@@ -1,4 +1,4 @@
-"""`torchslurm lint`: read an sbatch script as bash and sbatch do (`lines`, `shell`, `options`,
-`parse`), know its allocation (`allocation`), and run every rule of the registry (`registry`) over it:
-the directives' and batch shell's (`directives`), the launch lines' (`launch`, `launchers`), fixed
-ports (`ports`) and shell slips (`slips`); `checks.lint()` is the entry. No torch."""
+"""`torchslurm lint`: read an sbatch script as bash and sbatch do (`lines`, `shell`, `options`, `parse`),
+derive its allocation (`allocation`), and run every rule of the registry on it (`report`, `registry`).
+A rule is declared once with `@rule` (`rule`) in the module of its topic: `directives`, `launch`,
+`rendezvous`, `launchers`, `ports`, `batch`, `slips`, `machine`. No torch."""

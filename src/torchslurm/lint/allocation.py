@@ -1,12 +1,15 @@
-"""What a script's allocation is, read from its `#SBATCH` directives and a launch line's own srun
-options: nodes, tasks and GPUs per node, and the nodes and tasks of one srun step. Pure."""
+"""What a script's allocation is, as far as its `#SBATCH` directives say: nodes, tasks and GPUs per node,
+and the layout each srun step takes of it. Pure; the rules read these, they judge nothing themselves."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from torchslurm.lint.parse import Launch, Script
+from torchslurm.lint.parse import Launch
+
+__all__ = ["Allocation", "gpus_per_node", "leading_int", "step_nodes", "step_tasks_per_node", "tasks_per_node"]
 
 
 def leading_int(value: str | None) -> int | None:
@@ -15,7 +18,7 @@ def leading_int(value: str | None) -> int | None:
     return int(m.group(0)) if m else None
 
 
-def gpus_per_node(d: dict[str, str]) -> int | None:
+def gpus_per_node(d: Mapping[str, str]) -> int | None:
     """GPUs per node asked for by --gpus-per-node, --gres=gpu[:type]:N, --gpus-per-task or --gpus."""
     if "gpus-per-node" in d:
         return leading_int(d["gpus-per-node"].split(":")[-1])
@@ -30,7 +33,7 @@ def gpus_per_node(d: dict[str, str]) -> int | None:
     return None if total is None else total // nodes
 
 
-def tasks_per_node(d: dict[str, str]) -> int | None:
+def tasks_per_node(d: Mapping[str, str]) -> int | None:
     """Tasks per node asked for by --ntasks-per-node, or --ntasks over --nodes."""
     if "ntasks-per-node" in d:
         return leading_int(d["ntasks-per-node"])
@@ -42,22 +45,31 @@ def tasks_per_node(d: dict[str, str]) -> int | None:
 
 @dataclass(frozen=True)
 class Allocation:
-    """The job's layout as its directives ask for it (Slurm's defaults where they are silent)."""
+    """The job's allocation as the directives fix it (Slurm's defaults where they say nothing)."""
 
     nodes: int
-    tasks_per_node: int
+    """--nodes (its minimum), 1 when not given."""
+    tasks_per_node: int | None
+    """--ntasks-per-node, or --ntasks over --nodes; None when neither is given."""
     gpus_per_node: int | None
-    total_tasks: int
+    """GPUs per node, from whichever GPU option is given; None without one."""
+    ntasks: int | None
+    """--ntasks as given."""
 
     @classmethod
-    def of(cls, s: Script) -> Allocation:
-        d = s.directives
-        tasks, nodes = tasks_per_node(d) or 1, leading_int(d.get("nodes")) or 1
-        return cls(nodes, tasks, gpus_per_node(d), leading_int(d.get("ntasks")) or tasks * nodes)
+    def of(cls, directives: Mapping[str, str]) -> Allocation:
+        return cls(nodes=leading_int(directives.get("nodes")) or 1, tasks_per_node=tasks_per_node(directives),
+                   gpus_per_node=gpus_per_node(directives), ntasks=leading_int(directives.get("ntasks")))
 
     @property
-    def several_tasks(self) -> bool:
-        return self.total_tasks > 1 or self.nodes > 1
+    def tasks(self) -> int:
+        """Tasks per node, 1 (Slurm's default) when the directives do not say."""
+        return self.tasks_per_node or 1
+
+    @property
+    def total_tasks(self) -> int:
+        """Tasks of the whole job."""
+        return self.ntasks or self.tasks * self.nodes
 
 
 def step_nodes(ln: Launch, job_nodes: int) -> int:

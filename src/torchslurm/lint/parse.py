@@ -33,7 +33,6 @@ from torchslurm.lint.shell import PER_TASK_VARS, batch_marker, expand, raw_words
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 _LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
                    "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed"}
-_RANK_VARS_RE = re.compile(r"\$\{?(RANK|SLURM_PROCID|SLURM_NODEID|SLURM_LOCALID|LOCAL_RANK|NODE_RANK)\b")
 # shell words that may come before a command on one line (`if ...; then srun ...`)
 _PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec", "}", ")"}
 
@@ -63,6 +62,19 @@ class Launch:
     """Started with `&`: the script goes on while it runs (another step may overlap it)."""
 
 
+@dataclass(frozen=True)
+class Command:
+    """One simple command as the shell reads it, before any expansion."""
+
+    line: int
+    text: str
+    """As written (`trap 'kill 0' USR1`)."""
+    words: list[str]
+    """Its words, quotes kept, without redirections and leading keywords (`then`, `exec`, ...)."""
+    per_task: bool
+    """Run by each task's shell (`srun bash -c '...'`), not the batch shell."""
+
+
 @dataclass
 class Script:
     """What lint needs to know about a script."""
@@ -71,13 +83,6 @@ class Script:
     """The `#SBATCH` options sbatch reads, by long name: the last value given."""
     directive_list: list[tuple[int, str, str]] = field(default_factory=list)
     """Every (line, option, value) of those, in order: sbatch checks each one."""
-    late_directives: list[int] = field(default_factory=list)
-    """Lines of `#SBATCH` after the first command, which sbatch ignores."""
-    ignored_directives: list[tuple[int, str, list[tuple[str, str]]]] = field(default_factory=list)
-    """Header lines that look like directives but sbatch skips (`# SBATCH`, an indented `#SBATCH`):
-    (line, the line as written, the options it would have set)."""
-    one_dash: list[tuple[int, str]] = field(default_factory=list)
-    """`#SBATCH -nodes=3`: a long option written with one dash, which getopt reads as `-n odes=3`."""
     exports: dict[str, tuple[int, str]] = field(default_factory=dict)
     """Variables set in the batch shell: (line, value as expanded)."""
     task_exports: dict[str, tuple[int, str]] = field(default_factory=dict)
@@ -85,12 +90,15 @@ class Script:
     exported: set[str] = field(default_factory=set)
     """Names the batch shell exports (so srun's tasks inherit them)."""
     launches: list[Launch] = field(default_factory=list)
-    rank_cases: list[int] = field(default_factory=list)
-    traps: list[str] = field(default_factory=list)
-    first_line: str = ""
-    """The script's first line as written (sbatch wants `#!` there)."""
-    assign_space: list[tuple[int, str, str]] = field(default_factory=list)
-    """`VAR= value`: (line, VAR, value); bash sets VAR to "" and runs `value` as a command."""
+    text: str = ""
+    """The script as given."""
+    bodies: list[list[tuple[int, str]]] = field(default_factory=list)
+    """Each piece of shell code read, as logical lines (script line, text as written): [0] is the script
+    itself, then the code of each `bash -c` and `eval`, in the order read (heredoc bodies are data: absent)."""
+    first_command: int | None = None
+    """The script's line of its first command: sbatch reads `#SBATCH` lines only above it."""
+    commands: list[Command] = field(default_factory=list)
+    """Every simple command, in every piece of shell code, in the order read."""
 
 
 @dataclass
@@ -145,45 +153,29 @@ def _launcher_args(args: list[str], flags: AbstractSet[str] = LAUNCHER_FLAGS) ->
 
 
 def parse(text: str) -> Script:
-    script = Script(first_line=text.split("\n", 1)[0])
+    script = Script(text=text)
     _parse_body(text, script, first_line=1, shell=_Shell({}, False, None), header=True)
     return script
 
 
-_DIRECTIVE_LIKE_RE = re.compile(r"^(?:\s+#\s*|#\s+)SBATCH\s")
-
-
 def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, header: bool) -> None:
     """`shell`: the shell that runs this text (the batch shell, or each task's under `srun bash -c`)."""
-    in_case, top = False, header
+    body: list[tuple[int, str]] = []
+    script.bodies.append(body)
     for number, line in logical_lines(text):
         number += first_line - 1
+        body.append((number, line))
         stripped = line.strip()
-        if line.startswith("#SBATCH"):  # sbatch matches the line's first bytes: no blanks before
-            if header:  # sbatch stops reading directives at the first command
-                words = sbatch_split(line[len("#SBATCH"):])
-                script.one_dash += [(number, w) for w in words if _one_dash(w)]
-                for key, value in parse_options(words, SBATCH, False)[0]:
-                    script.directives[key] = value
-                    script.directive_list.append((number, key, value))
-            elif top:
-                script.late_directives.append(number)
-            continue
-        if header and _DIRECTIVE_LIKE_RE.match(line):
-            words = sbatch_split(line.split("SBATCH", 1)[1])
-            script.ignored_directives.append((number, stripped, parse_options(words, SBATCH, False)[0]))
+        if line.startswith("#SBATCH") and header:  # sbatch matches the line's first bytes: no blanks before
+            for key, value in parse_options(sbatch_split(line[len("#SBATCH"):]), SBATCH, False)[0]:
+                script.directives[key] = value
+                script.directive_list.append((number, key, value))
         if not stripped or stripped.startswith("#"):
             continue
         if header and shell.per_task is False and shell.srun is None:
             shell.counts.update(_slurm_counts(script.directives))
+            script.first_command = number  # sbatch stops reading directives at the first command
         header = False
-        if stripped.startswith("case ") and _RANK_VARS_RE.search(stripped):
-            in_case = True
-        if in_case and "SOCKET_IFNAME" in stripped:
-            script.rank_cases.append(number)
-            in_case = False
-        if stripped.startswith("esac"):
-            in_case = False
         for part, background in commands_ending(stripped):
             _parse_command(number, part, script, shell, background)
 
@@ -198,16 +190,11 @@ def _slurm_counts(d: dict[str, str]) -> dict[str, str]:
     return counts
 
 
-def _one_dash(word: str) -> bool:
-    """`-nodes=3`, `-ntasks-per-node 4`: one dash before a long option's name."""
-    name = word[1:].partition("=")[0]
-    return (word.startswith("-") and not word.startswith("--") and len(name) > 2
-            and any(long.startswith(name) for long in SBATCH.long_names))
-
-
-_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=")
+ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=")
+"""`NAME=` or `NAME+=` at the start of a word: an assignment."""
 _REDIRECT_RE = re.compile(r"^(\d*|&)(>>?|<<?<?|>&|<&|>\|)(.*)$", re.DOTALL)
-_DECLARE = {"export", "declare", "local", "readonly", "typeset"}
+DECLARE = frozenset({"export", "declare", "local", "readonly", "typeset"})
+"""Builtins whose arguments are assignments."""
 
 
 def _without_redirections(words: list[str]) -> list[str]:
@@ -226,17 +213,14 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
     raw = _without_redirections(raw_words(part))
     while raw and raw[0] in _PREFIX_WORDS:  # `then srun ...`, `exec python ...`
         raw = raw[1:]
-    if raw and raw[0] == "trap":
-        script.traps.append(part)
+    script.commands.append(Command(number, part, raw, shell.per_task))
     exporting = False
-    if raw and raw[0] in _DECLARE:
+    if raw and raw[0] in DECLARE:
         exporting = raw[0] == "export" or (raw[0] == "declare" and "-x" in raw[1:2])
         raw = [w for w in raw[1:] if not w.startswith("-")]
-    while raw and _ASSIGN_RE.match(raw[0]):
+    while raw and ASSIGN_RE.match(raw[0]):
         name, value = raw[0].split("=", 1)
         name = name.rstrip("+")
-        if not value and len(raw) > 1 and (exporting or _looks_like_a_value(raw[1])):
-            script.assign_space.append((number, name, raw[1]))
         value = " ".join(expand(value, shell.lookup, split=False))
         shell.vars[name] = value
         (script.exports if not shell.per_task else script.task_exports)[name] = (number, value)
@@ -244,17 +228,12 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
             script.exported.add(name)
         raw = raw[1:]
     if exporting:
-        script.exported.update(w for w in raw if _ASSIGN_RE.match(w + "="))
+        script.exported.update(w for w in raw if ASSIGN_RE.match(w + "="))
         return
     words = [f for w in raw for f in expand(w, shell.lookup)]
     launch = _parse_launch(number, words, script, shell, background)
     if launch is not None:
         script.launches.append(launch)
-
-
-def _looks_like_a_value(word: str) -> bool:
-    """After `VAR= `: a number, an upper-case word, a quoted string, an expansion; not a command name."""
-    return bool(re.match(r"""^(\d|["'$]|[A-Z][A-Z0-9_]*$|.*[,:=])""", word))
 
 
 _SINGULARITY_FLAGS = frozenset({
@@ -271,7 +250,7 @@ def _unwrap(words: list[str]) -> list[str] | None:
     name = PurePosixPath(words[0]).name
     if name in ("env", "nohup", "stdbuf", "numactl", "time", "exec", "command", "setsid", "ionice", "nice"):
         rest = words[1:]
-        while rest and (rest[0].startswith("-") or (name == "env" and _ASSIGN_RE.match(rest[0]))):
+        while rest and (rest[0].startswith("-") or (name == "env" and ASSIGN_RE.match(rest[0]))):
             takes_value = name in ("numactl", "ionice", "nice") and "=" not in rest[0] and len(rest[0]) == 2
             rest = rest[2:] if takes_value else rest[1:]
         return rest

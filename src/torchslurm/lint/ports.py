@@ -17,11 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from torchslurm.jobs.findings import Finding, Severity
+from torchslurm.jobs.findings import Severity
 from torchslurm.lint.allocation import gpus_per_node
 from torchslurm.lint.parse import Launch, Script
-from torchslurm.lint.registry import Context, rule
+from torchslurm.lint.rule import Facts, Flag, rule
 from torchslurm.runtime.ports import RDZV_PORT_EXPR
+
+__all__ = ["node_sharing"]
 
 WHOLE_NODE_GPUS = 8
 """GPUs per node that mean the job holds the whole node (8-GPU servers are the largest common ones)."""
@@ -49,45 +51,39 @@ def node_sharing(s: Script) -> tuple[Severity, str]:
     return "error", "the job does not hold whole nodes (no --exclusive), so another job can share the node"
 
 
-def _finding(severity: Severity, code: str, what: str, why: str, hint: str) -> Finding:
+def _flag(x: Facts, line: int, what: str, hint: str) -> Flag:
+    severity, why = node_sharing(x.script)
     if severity == "info":
-        return Finding("info", code, f"{what} is fixed; safe here: {why}.", f"to run on shared nodes too, {hint}.")
-    return Finding(severity, code, f"{what} is fixed: {why}; the second one to bind it gets EADDRINUSE or joins "
-                   "this job's rendezvous.", f"{hint}, or #SBATCH --exclusive.")
+        return Flag("info", f"{what} is fixed; safe here: {why}.", f"to run on shared nodes too, {hint}.", line)
+    return Flag(severity, f"{what} is fixed: {why}; the second one to bind it gets EADDRINUSE or joins this job's "
+                "rendezvous.", f"{hint}, or #SBATCH --exclusive.", line)
 
 
-def _literal_port(value: str) -> bool:
-    return value.isdigit()
+def _launchers(x: Facts) -> Iterator[Launch]:
+    """Launch lines through a launcher that binds a port (--standalone picks a free port itself)."""
+    return (ln for ln in x.script.launches if ln.launcher is not None and "standalone" not in ln.launcher_opts)
 
 
-def _launchers(s: Script) -> Iterator[Launch]:
-    """Launch lines whose launcher takes a port (--standalone picks a free one itself)."""
-    return (ln for ln in s.launches if ln.launcher is not None and "standalone" not in ln.launcher_opts)
-
-
-@rule("fixed-master-port", "error", "warning", "info",
-      summary="a literal MASTER_PORT, --master-port or --main-process-port, judged by how the node is shared.")
-def fixed_master_port(c: Context) -> Iterator[Finding]:
-    severity, why = node_sharing(c.script)
-    exports = {**c.script.task_exports, **c.script.exports}
-    if "MASTER_PORT" in exports and _literal_port(exports["MASTER_PORT"][1]):
+@rule("fixed-master-port", ("error", "warning", "info"),
+      "a literal `MASTER_PORT` or launcher `--master-port`/`--main_process_port`; see \"Fixed ports\" below.")
+def fixed_master_port(x: Facts) -> Iterator[Flag]:
+    """Every literal master port, each judged by how the node is shared."""
+    exports = {**x.script.task_exports, **x.script.exports}
+    if "MASTER_PORT" in exports and exports["MASTER_PORT"][1].isdigit():
         line, value = exports["MASTER_PORT"]
-        yield _finding(severity, "fixed-master-port", f"line {line}: MASTER_PORT={value}", why,
-                       "remove it: torchslurm.init() derives the port from SLURM_JOB_ID; or " + _PORT_HINT)
-    for ln in _launchers(c.script):
+        yield _flag(x, line, f"MASTER_PORT={value}",
+                    "remove it: torchslurm.init() derives the port from SLURM_JOB_ID; or " + _PORT_HINT)
+    for ln in _launchers(x):
         for key in ("master-port", "main-process-port"):
-            if _literal_port(ln.launcher_opts.get(key, "")):
-                yield _finding(severity, "fixed-master-port",
-                               f"line {ln.line}: {ln.launcher} --{key}={ln.launcher_opts[key]}", why,
-                               f"--{key}={RDZV_PORT_EXPR} (a port per job)")
+            if ln.launcher_opts.get(key, "").isdigit():
+                yield _flag(x, ln.line, f"{ln.launcher} --{key}={ln.launcher_opts[key]}",
+                            f"--{key}={RDZV_PORT_EXPR} (a port per job)")
 
 
-@rule("fixed-port", "error", "warning", "info",
-      summary="a literal port in --rdzv-endpoint, judged by how the node is shared.")
-def fixed_port(c: Context) -> Iterator[Finding]:
-    severity, why = node_sharing(c.script)
-    for ln in _launchers(c.script):
+@rule("fixed-port", ("error", "warning", "info"),
+      "a literal port in `--rdzv-endpoint host:29500`; see \"Fixed ports\" below.")
+def fixed_port(x: Facts) -> Iterator[Flag]:
+    for ln in _launchers(x):
         endpoint = ln.rdzv_endpoint or ""
         if re.search(r":\d+$", endpoint):
-            yield _finding(severity, "fixed-port", f"line {ln.line}: {ln.launcher} --rdzv-endpoint={endpoint}", why,
-                           _PORT_HINT)
+            yield _flag(x, ln.line, f"{ln.launcher} --rdzv-endpoint={endpoint}", _PORT_HINT)

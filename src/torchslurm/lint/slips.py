@@ -1,4 +1,4 @@
-"""lint checks of shell slips that bash and sbatch accept silently and the job then pays for.
+"""lint rules of shell slips that bash and sbatch accept silently and the job then pays for.
 
 `VAR= value` (bash runs `value` as a command), `# SBATCH` or an indented `#SBATCH` (sbatch skips
 it: a comment), and `#SBATCH -nodes=3` (getopt reads one dash as the short option `-n` with the
@@ -7,49 +7,96 @@ value `odes=3`). Pure, nothing executed.
 
 from __future__ import annotations
 
-from torchslurm.jobs.findings import Finding, Severity
-from torchslurm.lint.registry import Context, rule
+import re
+from collections.abc import Iterator
+
+from torchslurm.jobs.findings import Severity
+from torchslurm.jobs.sbatch import sbatch_split
+from torchslurm.lint.options import SBATCH, SHORT, parse_options
+from torchslurm.lint.parse import ASSIGN_RE, DECLARE, Script
+from torchslurm.lint.rule import Facts, Flag, rule
+
+__all__: list[str] = []
 
 # options whose loss changes what the job gets; another ignored directive is most likely switched off on purpose
 _LAYOUT = {"nodes", "ntasks", "ntasks-per-node", "gpus", "gpus-per-node", "gpus-per-task", "gres", "cpus-per-task",
            "time", "partition", "mem", "exclusive", "account", "qos"}
+_DIRECTIVE_LIKE_RE = re.compile(r"^(?:\s+#\s*|#\s+)SBATCH\s")
 
 
-@rule("assign-space", "error", summary="`NCCL_DEBUG= INFO`: bash runs `INFO` as a command.")
-def assign_space(c: Context) -> list[Finding]:
-    return [Finding("error", "assign-space",
-                    f"line {line}: `{name}= {value}` has a space after `=`: bash sets {name} to the empty string and "
-                    f"runs `{value}` as a command (command not found; with `set -e` the script stops there).",
-                    f"{name}={value} (no spaces around `=`).") for line, name, value in c.script.assign_space]
+def _looks_like_a_value(word: str) -> bool:
+    """After `VAR= `: a number, an upper-case word, a quoted string, an expansion; not a command name."""
+    return bool(re.match(r"""^(\d|["'$]|[A-Z][A-Z0-9_]*$|.*[,:=])""", word))
 
 
-@rule("ignored-directive", "error", "info", summary="`# SBATCH` or an indented `#SBATCH`: sbatch skips it.")
-def ignored_directive(c: Context) -> list[Finding]:
-    s, out = c.script, []
-    working = {key for _, key, _ in s.directive_list}
-    for line, text, options in s.ignored_directives:
+def _assign_spaces(s: Script) -> Iterator[tuple[int, str, str]]:
+    """`VAR= value`: (line, VAR, value); bash sets VAR to "" and runs `value` as a command."""
+    for command in s.commands:
+        words, exporting = command.words, False
+        if words and words[0] in DECLARE:
+            exporting = words[0] == "export" or (words[0] == "declare" and "-x" in words[1:2])
+            words = [w for w in words[1:] if not w.startswith("-")]
+        while words and ASSIGN_RE.match(words[0]):
+            name, value = words[0].split("=", 1)
+            if not value and len(words) > 1 and (exporting or _looks_like_a_value(words[1])):
+                yield command.line, name.rstrip("+"), words[1]
+            words = words[1:]
+
+
+@rule("assign-space", ("error",), "`NCCL_DEBUG= INFO`: bash runs `INFO` as a command. Fix: `NCCL_DEBUG=INFO`.")
+def assign_space(x: Facts) -> Iterator[Flag]:
+    for line, name, value in _assign_spaces(x.script):
+        yield Flag("error", f"`{name}= {value}` has a space after `=`: bash sets {name} to the empty string and runs "
+                   f"`{value}` as a command (command not found; with `set -e` the script stops there).",
+                   f"{name}={value} (no spaces around `=`).", line)
+
+
+def _header(s: Script) -> Iterator[tuple[int, str]]:
+    """The script's lines above its first command: where sbatch reads directives."""
+    return ((line, text) for line, text in s.bodies[0] if s.first_command is None or line < s.first_command)
+
+
+@rule("ignored-directive", ("error", "info"),
+      "`# SBATCH --nodes=2` or an indented `#SBATCH`: sbatch skips it. Error when no working directive sets that "
+      "layout option; info otherwise. `##SBATCH` (switched off on purpose) is not reported.")
+def ignored_directive(x: Facts) -> Iterator[Flag]:
+    working = {key for _, key, _ in x.script.directive_list}
+    for line, text in _header(x.script):
+        if not _DIRECTIVE_LIKE_RE.match(text):
+            continue
+        options = parse_options(sbatch_split(text.split("SBATCH", 1)[1]), SBATCH, False)[0]
         lost = [key for key, _ in options if key not in working]
         important = [key for key in lost if key in _LAYOUT]
         if not lost:
             continue
-        shown = text if len(text) <= 60 else text[:60] + "..."
-        fixed = "#SBATCH" + text.split("SBATCH", 1)[1]
+        stripped = text.strip()
+        shown = stripped if len(stripped) <= 60 else stripped[:60] + "..."
+        fixed = "#SBATCH" + stripped.split("SBATCH", 1)[1]
         severity: Severity = "error" if important else "info"
-        out.append(Finding(severity, "ignored-directive",
-                           f"line {line}: `{shown}` is not a directive: sbatch reads only lines that start with "
-                           f"exactly `#SBATCH`, so {', '.join('--' + k for k in lost)} is not set"
-                           + (" and the job runs with the default." if important else "."),
-                           f"write it at the start of the line: {fixed} (or ##SBATCH to switch it off on purpose)."))
-    return out
+        yield Flag(severity, f"`{shown}` is not a directive: sbatch reads only lines that start with exactly "
+                   f"`#SBATCH`, so {', '.join('--' + k for k in lost)} is not set"
+                   + (" and the job runs with the default." if important else "."),
+                   f"write it at the start of the line: {fixed} (or ##SBATCH to switch it off on purpose).", line)
 
 
-@rule("one-dash-option", "error", summary="`#SBATCH -nodes=3` is read as `-n odes=3`.")
-def one_dash_option(c: Context) -> list[Finding]:
-    out = []
-    for line, word in c.script.one_dash:
-        letter, rest = word[1], word[2:]
-        out.append(Finding("error", "one-dash-option",
-                           f"line {line}: #SBATCH {word} has one dash: sbatch reads it as the short option -{letter} "
-                           f"with the value `{rest}` (`-{letter} {rest}`), not as --{word[1:].partition('=')[0]}.",
-                           f"two dashes: #SBATCH -{word}."))
-    return out
+def _one_dash(word: str) -> bool:
+    """`-nodes=3`, `-ntasks-per-node 4`: one dash before a long option's name."""
+    name = word[1:].partition("=")[0]
+    return (word.startswith("-") and not word.startswith("--") and len(name) > 2
+            and any(long.startswith(name) for long in SBATCH.long_names))
+
+
+@rule("one-dash-option", ("error",),
+      "`#SBATCH -nodes=3` is read as `-n odes=3`. Fix: `--nodes=3`. (Said instead of the `invalid-value` of `-n`.)",
+      supersedes=("invalid-value",))
+def one_dash_option(x: Facts) -> Iterator[Flag]:
+    for line, text in _header(x.script):
+        if not text.startswith("#SBATCH"):
+            continue
+        for word in sbatch_split(text[len("#SBATCH"):]):
+            if not _one_dash(word):
+                continue
+            letter, rest = word[1], word[2:]
+            yield Flag("error", f"#SBATCH {word} has one dash: sbatch reads it as the short option -{letter} with "
+                       f"the value `{rest}` (`-{letter} {rest}`), not as --{word[1:].partition('=')[0]}.",
+                       f"two dashes: #SBATCH -{word}.", line, about=SHORT.get(letter, letter))

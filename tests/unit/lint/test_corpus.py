@@ -15,7 +15,7 @@ import pytest
 
 from torchslurm.cli.lint import bash_syntax
 from torchslurm.jobs.findings import Finding
-from torchslurm.lint.checks import lint
+from torchslurm.lint.report import lint
 
 CORPUS = Path(__file__).parents[2] / "fixtures" / "lint_corpus"
 SCRIPTS = sorted(CORPUS.glob("*.sbatch"))

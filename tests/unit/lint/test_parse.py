@@ -64,7 +64,8 @@ def test_a_heredoc_body_is_not_linted_but_the_command_after_it_is() -> None:
                    "srun -K python b.py\nsrun -N1 bash -c 'cat > c <<X\npython c.py\nX\npython d.py'\n")
     found = [(launch.line, launch.srun_opts) for launch in script.launches]
     assert found == [(7, {"kill-on-bad-exit": ""}), (11, {"nodes": "1"})]
-    assert script.late_directives == [] and script.directives == {"nodes": "2"}
+    assert script.directives == {"nodes": "2"} and script.first_command == 3
+    assert [text for _, text in script.bodies[0] if "SBATCH" in text] == ["#SBATCH -N 2"]  # the heredoc's is data
 
 
 @pytest.mark.parametrize(("line", "parts"), [
@@ -74,6 +75,8 @@ def test_a_heredoc_body_is_not_linted_but_the_command_after_it_is() -> None:
     ("srun a & srun b & wait", ["srun a", "srun b", "wait"]),
     ("srun python t.py # a; b", ["srun python t.py # a; b"]),
 ])
+
+
 def test_commands_split_outside_quotes_only(line: str, parts: list[str]) -> None:
     assert commands(line) == parts
 
@@ -85,6 +88,8 @@ def test_commands_split_outside_quotes_only(line: str, parts: list[str]) -> None
     ("-K python", [("kill-on-bad-exit", "")], ["python"]),
     ("--export ALL -- python -u", [("export", "ALL")], ["python", "-u"]),
 ])
+
+
 def test_srun_options_end_at_the_command(words: str, opts: list[tuple[str, str]], rest: list[str]) -> None:
     assert parse_options(words.split(), SRUN, True) == (opts, rest)
 
@@ -105,7 +110,7 @@ def test_every_directive_kept_with_its_line_and_late_ones_noted() -> None:
     script = parse("#!/bin/bash\n#SBATCH -N 4\n#SBATCH --nodes=-1\necho hi\n#SBATCH --nodes=8\n")
     assert script.directives == {"nodes": "-1"}
     assert script.directive_list == [(2, "nodes", "4"), (3, "nodes", "-1")]
-    assert script.late_directives == [5]
+    assert script.first_command == 4  # sbatch reads #SBATCH lines only above it: not line 5
 
 
 def test_shell_keywords_before_a_command() -> None:
@@ -125,3 +130,9 @@ def test_sbatch_long_options_cover_what_sbatch_help_lists(tmp_path: Path) -> Non
     named = set(re.findall(r"--([a-z][a-z0-9-]*)", text))
     assert len(named) > 80 and named <= SBATCH.long_names
     assert set(re.findall(r"^\s+-([a-zA-Z]),", text, re.MULTILINE)) <= set(SBATCH.short_names)
+
+
+def test_directives_after_first_command_are_ignored_like_sbatch() -> None:
+    script = parse("#!/bin/bash\n#SBATCH --nodes=2\necho hi\n#SBATCH --nodes=8\n")
+    assert script.directives == {"nodes": "2"}
+

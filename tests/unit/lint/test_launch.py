@@ -1,0 +1,104 @@
+"""lint rules of the launch lines (lint/launch.py): ranks per node against GPUs, srun, --kill-on-bad-exit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchslurm.lint.report import lint
+
+FIXTURES = Path(__file__).parents[2] / "fixtures"
+
+C10D = "--rdzv-backend=c10d --rdzv-endpoint=$h:$p"  # the rendezvous torchrun needs across nodes
+
+GPU_JOB = "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-node=4\n"
+TORCHRUN = FIXTURES / "lint_torchrun"
+
+
+def test_tasks_vs_gpus_under_srun() -> None:
+    text = "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\nsrun -K python train.py\n"
+    assert [f.code for f in lint(text)] == ["tasks-vs-gpus"]
+
+
+def test_nproc_vs_gpus_and_launcher_per_task() -> None:
+    text = ("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=4 --gres=gpu:a100:4\n"
+            "srun --kill-on-bad-exit=1 torchrun --nproc_per_node=2 --nnodes=2 " + C10D + " train.py\n")
+    assert {f.code for f in lint(text)} == {"launcher-per-task", "nproc-vs-gpus"}
+
+
+@pytest.mark.parametrize(("srun", "tasks", "flagged"), [
+    ("srun", "--ntasks=4", True), ("srun --kill-on-bad-exit=0", "--ntasks=4", True), ("srun -K0", "-N 2", True),
+    ("srun --kill-on-bad-exit=1", "--ntasks=4", False), ("srun --kill-on-bad-exit", "--ntasks=4", False),
+    ("srun -K", "-N 2", False), ("srun -K1 --label", "--ntasks=4", False),
+    ("srun", "--ntasks=1", False),  # one rank: nobody waits for it
+])
+
+
+def test_srun_without_kill_on_bad_exit_leaves_the_survivors_waiting(srun: str, tasks: str, flagged: bool) -> None:
+    text = f"#!/bin/bash\n#SBATCH {tasks}\n{srun} python train.py\n"
+    found = [f for f in lint(text) if f.code == "no-kill-on-bad-exit"]
+    assert bool(found) is flagged
+    if found:
+        assert found[0].message.startswith("line 3: srun without --kill-on-bad-exit") and "30 min" in found[0].message
+        assert "srun --kill-on-bad-exit=1" in found[0].hint
+
+
+def test_python_without_srun() -> None:
+    text = "#!/bin/bash\n#SBATCH --ntasks=4\npython -u train.py\n"
+    assert [f.code for f in lint(text)] == ["python-without-srun"]
+
+
+@pytest.mark.parametrize("srun", ["srun --kill-on-bad-exit=1", "srun -K1", "srun --kill-on-bad-exit", "srun -K",
+                                  "srun --label -K", "srun --ntasks-per-node 4 -K"])
+@pytest.mark.parametrize("command", ['bash -c "python train.py"',
+                                     'bash -c "cd /x && python train.py \\\n --lr 0.1"',
+                                     "bash -c '\n  cd /x\n  python train.py --lr 0.1\n'",
+                                     "python train.py --lr 0.1"])
+def test_srun_wrapping_a_shell_keeps_its_options(srun: str, command: str) -> None:
+    assert [str(f) for f in lint(f"{GPU_JOB}{srun} {command}\n")] == []
+
+
+def test_srun_wrapping_a_shell_without_kill_on_bad_exit_still_warned() -> None:
+    (f,) = lint(GPU_JOB + 'srun -K0 bash -c "cd /x && python train.py"\n')
+    assert f.code == "no-kill-on-bad-exit" and f.message.startswith("line 3: srun without --kill-on-bad-exit")
+
+
+def test_python_outside_the_srun_string_still_flagged() -> None:
+    (f,) = lint(GPU_JOB + 'srun -K bash -c "echo start" && python train.py\n')
+    assert f.code == "python-without-srun" and f.message.startswith("line 3: `python ...` runs once")
+
+
+def test_srun_value_in_the_next_word_is_not_the_command() -> None:
+    (f,) = lint(GPU_JOB + "srun --ntasks-per-node 4 python train.py\n")
+    assert f.code == "no-kill-on-bad-exit"
+
+
+@pytest.mark.parametrize("srun", ["srun -K --ntasks-per-node=1", "srun -K -n $SLURM_NNODES --ntasks-per-node=1",
+                                  "srun -K --ntasks=2"])
+def test_launcher_per_node_as_the_hint_says_is_clean(srun: str) -> None:
+    assert lint(f"{GPU_JOB}{srun} torchrun --nproc-per-node=4 --nnodes=2 {C10D} train.py\n") == []
+
+
+def test_srun_fewer_tasks_per_node_than_gpus_leaves_gpus_idle() -> None:
+    (f,) = lint((TORCHRUN / "srun_fewer_tasks.sbatch").read_text())
+    assert (f.severity, f.code) == ("warning", "srun-tasks-vs-gpus")
+    assert f.message == ("line 4: srun --ntasks-per-node=1 starts 1 rank(s) per node, overriding #SBATCH's 4, and 3 "
+                         "of the 4 GPU(s) per node stay idle.")
+    assert f.hint == "srun --ntasks-per-node=4 (one rank per GPU), or drop --ntasks-per-node=1 to use the job's layout."
+
+
+@pytest.mark.parametrize(("job", "srun", "found"), [
+    ("--ntasks-per-node=4", "srun -K -n 2", [("warning", "srun-tasks-vs-gpus")]),
+    ("--ntasks-per-node=4", "srun -K --ntasks-per-node=8", [("error", "srun-tasks-vs-gpus")]),
+    ("--ntasks-per-node=1", "srun -K --ntasks-per-node=4", []),  # srun fixes the job's layout
+    ("--ntasks-per-node=1", "srun -K", [("error", "tasks-vs-gpus")]),
+    ("--ntasks-per-node=4", "srun -K --ntasks-per-node=$N", []),  # not literal: lint cannot count
+    ("--ntasks-per-node=4", "srun -K -n 8", []),
+])
+
+
+def test_srun_layout_against_the_gpus(job: str, srun: str, found: list[tuple[str, str]]) -> None:
+    text = f"#!/bin/bash\n#SBATCH --nodes=2 {job} --gpus-per-node=4\n{srun} python train.py\n"
+    assert [(f.severity, f.code) for f in lint(text)] == found
+
