@@ -212,3 +212,41 @@ def test_module_has_its_tests(name: str) -> None:
 def test_tested_elsewhere_names_only_modules_without_their_own_file() -> None:
     stale = [name for name in TESTED_ELSEWHERE if name not in modules() or unit_test_path(name).is_file()]
     assert not stale, f"TESTED_ELSEWHERE entries with their own test file now, or gone: {stale}"
+
+
+def documented_modules() -> dict[str, set[str]]:
+    """The tree of docs/architecture.md: family (or family/subpackage) -> the modules it lists."""
+    tree = ARCHITECTURE.read_text().split("```")[1]
+    found: dict[str, set[str]] = {}
+    family = sub = ""
+    for line in tree.splitlines():
+        m = re.match(r"^( {2,6})([a-z_][\w, ]*?)(/)?(?: {2,}|$)", line)
+        if not m:
+            continue
+        depth, names = len(m.group(1)), [n.strip() for n in m.group(2).split(",")]
+        if depth == 2 and m.group(3):
+            family, sub = names[0], ""
+        elif depth == 4 and m.group(3):
+            sub = names[0]
+            found.setdefault(family, set()).add(sub)
+        elif depth == 4:
+            sub = ""
+            found.setdefault(family, set()).update(names)
+        elif depth == 6 and sub:
+            found.setdefault(f"{family}/{sub}", set()).update(names)
+    return found
+
+
+def test_the_architecture_page_lists_every_module_of_every_family() -> None:
+    on_disk: dict[str, set[str]] = {}
+    for name, path in modules().items():
+        parts = name.split(".")[1:]
+        if len(parts) >= 2 and path.name != "__init__.py":
+            on_disk.setdefault("/".join(parts[:-1]), set()).add(parts[-1])
+        elif len(parts) >= 2:  # a subpackage's __init__: the subpackage is listed in its family
+            on_disk.setdefault("/".join(parts[:-1]), set()).add(parts[-1])
+    on_disk.pop("cli")  # one module per subcommand, as the page says
+    documented = documented_modules()
+    assert documented == on_disk, {key: (sorted(documented.get(key, set()) - on_disk.get(key, set())),
+                                         sorted(on_disk.get(key, set()) - documented.get(key, set())))
+                                   for key in {*documented, *on_disk} if documented.get(key) != on_disk.get(key)}
