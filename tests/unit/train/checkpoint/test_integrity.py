@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.unit.train.checkpoint.conftest import linear_snapshot
 from torch import nn
 
 from torchslurm.errors import CheckpointError
@@ -16,14 +17,6 @@ from torchslurm.train.checkpoint import integrity
 from torchslurm.train.checkpoint.layout import FORMAT, MARKER, rank_file
 from torchslurm.train.checkpoint.state import split_state
 from torchslurm.train.checkpoint.writer import Snapshot, write
-
-
-def _linear_snapshot(root: Path, step: int, keep_last: int) -> tuple[Snapshot, nn.Linear]:
-    model = nn.Linear(3, 2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    tensors, plain = split_state(model, optimizer)
-    state = {"format": FORMAT, "optim_plain": plain}
-    return Snapshot(root, step, tensors, {"rng": 1}, state, keep_last), model
 
 
 def test_checksums_taken_while_writing_are_those_of_the_files_on_disk(tmp_path: Path) -> None:
@@ -47,7 +40,7 @@ def test_checksums_taken_while_writing_are_those_of_the_files_on_disk(tmp_path: 
 def test_markers_with_sha256_checksums_still_verify(tmp_path: Path) -> None:
     """Sharded checkpoints written before CRC-32 record sha256 digests: they load, and a corrupt file
     among them is still found."""
-    folder = write(_linear_snapshot(tmp_path, 1, keep_last=2)[0])
+    folder = write(linear_snapshot(tmp_path, 1, keep_last=2)[0])
     marker_file = folder / MARKER
     marker = json.loads(marker_file.read_text())
     marker["files"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in marker["files"]}

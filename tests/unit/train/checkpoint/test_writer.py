@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.unit.train.checkpoint.conftest import linear_snapshot
 from torch import nn
 
 from torchslurm.errors import CheckpointError
@@ -33,14 +34,6 @@ def test_background_staging_reuses_its_buffers_and_copies(tmp_path: Path) -> Non
     assert not torch.equal(read_model(checkpoint.step_dir(tmp_path, 1))["weight"], model.weight)
 
 
-def _linear_snapshot(root: Path, step: int, keep_last: int) -> tuple[Snapshot, nn.Linear]:
-    model = nn.Linear(3, 2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    tensors, plain = split_state(model, optimizer)
-    state = {"format": FORMAT, "optim_plain": plain}
-    return Snapshot(root, step, tensors, {"rng": 1}, state, keep_last), model
-
-
 def _steps(root: Path) -> list[int]:
     return [step for step, _ in checkpoint.complete(root)]
 
@@ -50,7 +43,7 @@ def test_a_save_on_the_training_thread_keeps_the_previous_checkpoint_until_the_r
     stays until the next save has joined that fsync; finish() then leaves keep_last."""
     writer = Writer()
     for step in (1, 2, 3):
-        writer.save(_linear_snapshot(tmp_path, step, keep_last=1)[0])
+        writer.save(linear_snapshot(tmp_path, step, keep_last=1)[0])
     assert _steps(tmp_path) == [2, 3]
     writer.finish(tmp_path, keep_last=1)
     writer.close()  # the old ones were renamed away at once; close() waits for their deletion
@@ -70,7 +63,7 @@ def test_the_fsync_thread_syncs_every_file_and_folder_of_the_checkpoint(tmp_path
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
     writer = Writer()
-    folder = writer.save(_linear_snapshot(tmp_path, 4, keep_last=2)[0])
+    folder = writer.save(linear_snapshot(tmp_path, 4, keep_last=2)[0])
     writer.wait()
     files = {str(p) for p in folder.rglob("*")} | {str(folder), str(tmp_path)}
     assert set(synced) == files  # each once: the tensors, rank and state files, COMPLETE, the folder, the root
@@ -83,6 +76,6 @@ def test_a_failed_fsync_is_an_error_on_the_training_thread(tmp_path: Path, monke
 
     writer = Writer()
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    writer.save(_linear_snapshot(tmp_path, 1, keep_last=2)[0])
+    writer.save(linear_snapshot(tmp_path, 1, keep_last=2)[0])
     with pytest.raises(CheckpointError, match=r"could not be written to disk: .*Input/output error.*HINT: check free"):
         writer.wait()
