@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 class Strategy:
     """One process: the model trains as it is."""
 
-    name = "single"
     state_form = "replicated"
     """How a checkpoint holds this strategy's model and optimizer: 'replicated' (whole tensors, written
     once) or 'sharded' (each rank its shard)."""
@@ -61,7 +60,6 @@ class Strategy:
 class DDP(Strategy):
     """A whole replica per rank; gradients all-reduced by DDP's hooks during backward."""
 
-    name = "ddp"
 
     def __init__(self, model: nn.Module, topo: Topology) -> None:
         super().__init__(model, topo)
@@ -87,7 +85,6 @@ class DDP(Strategy):
 class FSDP(Strategy):
     """FSDP2: each rank holds a shard of every parameter, its gradient and its optimizer state."""
 
-    name = "fsdp"
     state_form = "sharded"
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
