@@ -60,7 +60,6 @@ class Strategy:
 class DDP(Strategy):
     """A whole replica per rank; gradients all-reduced by DDP's hooks during backward."""
 
-
     def __init__(self, model: nn.Module, topo: Topology) -> None:
         super().__init__(model, topo)
         ids = [topo.device.index or 0] if topo.device.type == "cuda" else None
