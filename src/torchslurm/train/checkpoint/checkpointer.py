@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,13 +187,11 @@ class Checkpointer:
         if changed:
             logger.warning("checkpoint %s: %s, so data order and RNG streams differ from an uninterrupted run%s",
                            path, changed, "; restarting the interrupted epoch" if progress.batches_done else "")
-            progress = TrainProgress(progress.epoch, 0, progress.global_step, scaler=progress.scaler,
-                                     scheduler=progress.scheduler)
+            progress = replace(progress, batches_done=0)  # no sums, no streams: the caller starts them afresh
         else:
             mine = state["ranks"][self.rank] if "ranks" in state else load_plain(
                 folder_of(path) / rank_file(self.rank))
-            progress = TrainProgress(progress.epoch, progress.batches_done, progress.global_step, list(mine["sums"]),
-                                     mine["rng"], progress.scaler, progress.scheduler)
+            progress = replace(progress, sums=list(mine["sums"]), rng=mine["rng"])
         if self.is_main:
             logger.info("Resuming from %s: epoch %d, batch %d, step %d", path, progress.epoch + 1,
                         progress.batches_done, progress.global_step)
