@@ -72,6 +72,9 @@ def check_gpus(facts: Facts) -> Check:
     env = placement(facts.environ)
     if env is None:
         return skipped("gpus")
+    if facts.torch is not None and (
+            unseen := devices.gpus_unseen(facts.environ, facts.torch.cuda_device_count, facts.torch.cuda)):
+        return Check("gpus", "warning", unseen.message, unseen.hint or "", "cpu")  # wherever the doctor runs
     if env.launcher == "batch":
         return _batch_gpus(facts.environ)
     allocated = devices.slurm_gpus(facts.environ)
@@ -80,15 +83,13 @@ def check_gpus(facts: Facts) -> Check:
                      "run the doctor with the Python your jobs use.")
     count = facts.torch.cuda_device_count
     try:
-        choice = devices.choose_device(facts.environ, env.local_rank, env.local_world_size, count)
+        choice = devices.choose_device(facts.environ, env.local_rank, env.gpu_sharers, count)
     except ConfigError as exc:
         return from_error("gpus", exc)
     if choice.kind == "cpu":
-        if unseen := devices.gpus_unseen(facts.environ, count, facts.torch.cuda):
-            return Check("gpus", "warning", unseen.message, unseen.hint or "", "cpu")
         return Check("gpus", "ok", f"{choice.reason}; Gloo on CPU.", value="cpu")
     idle = count - env.local_world_size
-    if devices.per_task_binding(facts.environ, count) is None and idle > 0:
+    if env.local_world_known and devices.per_task_binding(facts.environ, count) is None and idle > 0:
         return Check("gpus", "warning", f"{env.local_world_size} rank(s) on this node but {count} GPUs visible "
                      f"(CUDA_VISIBLE_DEVICES={facts.environ.get('CUDA_VISIBLE_DEVICES')!r}): {idle} GPU(s) idle; "
                      "one process uses one GPU unless DDP runs one rank per GPU.",

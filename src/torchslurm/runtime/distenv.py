@@ -16,9 +16,11 @@ from torchslurm.runtime.slurmlayout import (
     SLURM_SETS_THEM,
     check_one_group_per_node,
     first_node,
+    hosts_store,
     idle_job_nodes,
     slurm_job_id,
     slurm_nodes,
+    srun_locality,
     tasks_per_node,
 )
 from torchslurm.runtime.variables import check_rank, first_set, require, whole_number
@@ -59,6 +61,12 @@ class DistEnv:
     """Things that are legal but probably not what the user wanted (reported, never raised)."""
     agent_store: bool = False
     """torchrun's agent hosts the store on master_addr:master_port, so rank 0 is a client too."""
+    store_host: bool | None = None
+    """Whether this process hosts the store on master_addr (None: rank 0 does, as in torch); under srun
+    the first task of the master's node does, wherever rank 0 runs."""
+    local_world_known: bool = True
+    """False when nothing said how many ranks share this node (RANK/LOCAL_RANK set by hand without
+    LOCAL_WORLD_SIZE, outside an srun step): local_world_size is then a guess."""
     restart_count: int = 0
     """How often torchrun's agents restarted the workers (TORCHELASTIC_RESTART_COUNT)."""
     max_restarts: int = 0
@@ -68,6 +76,19 @@ class DistEnv:
     def restarts_left(self) -> int:
         """Restarts torchrun's agents still have after this run's workers fail (0 outside torchrun)."""
         return max(self.max_restarts - self.restart_count, 0)
+
+    @property
+    def gpu_sharers(self) -> int:
+        """Ranks known to share this node's GPUs: local_world_size, or only the ranks up to this one when
+        that is a guess (a guess must not refuse a job that would train)."""
+        return self.local_world_size if self.local_world_known else self.local_rank + 1
+
+    @property
+    def hosts_store(self) -> bool:
+        """This process starts the TCPStore server that every rank connects to."""
+        if self.agent_store:
+            return False
+        return self.rank == 0 if self.store_host is None else self.store_host
 
     @property
     def is_main(self) -> bool:
@@ -114,26 +135,64 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
              "torchslurm derives the placement from Slurm.")
     rank, world = whole_number("RANK", environ["RANK"]), whole_number("WORLD_SIZE", environ["WORLD_SIZE"])
     local_rank = whole_number("LOCAL_RANK", environ["LOCAL_RANK"])
-    local_world = whole_number("LOCAL_WORLD_SIZE", environ.get("LOCAL_WORLD_SIZE", str(world)))
     check_rank("RANK", rank, "WORLD_SIZE", world)
+    local_world, node_rank, num_nodes, known = _locality(environ, rank, world)
     check_rank("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world)
-    num_nodes = whole_number("GROUP_WORLD_SIZE", environ.get("GROUP_WORLD_SIZE", str(-(-world // local_world))))
-    node_rank = whole_number("GROUP_RANK", environ.get("GROUP_RANK", str(rank // local_world)))
-    if by_torchrun or "LOCAL_WORLD_SIZE" in environ:  # without it the nodes of another launcher are unknown
+    if known:
         check_one_group_per_node(environ, world, num_nodes, who)
+    store_host, where = None, ""
+    if not by_torchrun and _one_rank_per_task(environ, rank, world):
+        store_host, where = _store_placement(environ, slurm_nodes(environ), environ["MASTER_ADDR"])
+        where = f"; {where}"
     launcher = environ.get(LAUNCHER_VARIABLE, "torchrun")
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
         node_rank=node_rank, num_nodes=num_nodes, master_addr=environ["MASTER_ADDR"],
         master_port=port_number(environ["MASTER_PORT"]), launcher=launcher if launcher in LAUNCHERS else "torchrun",
-        job_id=slurm_job_id(environ),
-        warnings=idle_job_nodes(environ, num_nodes) if by_torchrun else (),
+        job_id=slurm_job_id(environ), local_world_known=known,
+        warnings=(idle_job_nodes(environ, num_nodes) if by_torchrun else ()) + _unknown_locality(known, world),
+        store_host=store_host,
         reason=f"{who}: RANK={rank} of WORLD_SIZE={world}, master "
-               f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}.",
+               f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}{where}.",
         agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
         restart_count=whole_number("TORCHELASTIC_RESTART_COUNT", environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         max_restarts=whole_number("TORCHELASTIC_MAX_RESTARTS", environ.get("TORCHELASTIC_MAX_RESTARTS", "0")),
     )
+
+
+def _locality(environ: Mapping[str, str], rank: int, world: int) -> tuple[int, int, int, bool]:
+    """(ranks on this node, node index, nodes, whether they are known rather than guessed) of a
+    torchrun-style world: torchrun's own variables, else the srun step that started the ranks (a
+    `srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID …'` launch sets no LOCAL_WORLD_SIZE),
+    else a guess of one node."""
+    layout = None if "LOCAL_WORLD_SIZE" in environ else srun_locality(environ, world)
+    if layout is not None:
+        local_world, node, nodes = layout
+    else:
+        local_world = whole_number("LOCAL_WORLD_SIZE", environ.get("LOCAL_WORLD_SIZE", str(world)))
+        check_rank("LOCAL_RANK", 0, "LOCAL_WORLD_SIZE", local_world)
+        node, nodes = rank // local_world, -(-world // local_world)
+    nodes = whole_number("GROUP_WORLD_SIZE", environ.get("GROUP_WORLD_SIZE", str(nodes)))
+    node = whole_number("GROUP_RANK", environ.get("GROUP_RANK", str(node)))
+    known = "LOCAL_WORLD_SIZE" in environ or "TORCHELASTIC_RUN_ID" in environ or layout is not None
+    return local_world, node, nodes, known
+
+
+def _one_rank_per_task(environ: Mapping[str, str], rank: int, world: int) -> bool:
+    """RANK set per srun task (`srun bash -c 'RANK=$SLURM_PROCID …'`, or `torchslurm run` as an srun task)."""
+    return ("SLURM_STEP_ID" in environ and environ.get("SLURM_PROCID", "").strip() == str(rank)
+            and first_set(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="").strip() == str(world))
+
+
+def _unknown_locality(known: bool, world: int) -> tuple[EnvError, ...]:
+    if known or world == 1:
+        return ()
+    return (EnvError(
+        f"RANK and WORLD_SIZE={world} are set but LOCAL_WORLD_SIZE is not, and no srun step says how many ranks run "
+        "on this node: each rank takes the GPU of its LOCAL_RANK, and only the ranks on one node up to this one "
+        "are known to share its GPUs.",
+        "export LOCAL_WORLD_SIZE (ranks per node) with RANK and LOCAL_RANK, or start the ranks with torchrun, srun "
+        "or `torchslurm run`."),)
 
 
 def from_open_mpi(environ: Mapping[str, str], free_port: Callable[[], int]) -> DistEnv | None:
@@ -188,13 +247,24 @@ def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
     master = environ.get("MASTER_ADDR") or first_node(nodes, num_nodes)
     port = port_number(environ["MASTER_PORT"]) if "MASTER_PORT" in environ else derived_port(
         environ.get("SLURM_JOB_ID", "0"), environ["SLURM_STEP_ID"])
+    store_host, where = _store_placement(environ, nodes, master)
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
         node_rank=node_rank, num_nodes=num_nodes, master_addr=master, master_port=port,
-        launcher="srun", job_id=slurm_job_id(environ),
+        launcher="srun", job_id=slurm_job_id(environ), store_host=store_host,
         reason=f"srun task {rank} of {world} in step {slurm_job_id(environ)}.{environ['SLURM_STEP_ID']} "
-               f"on {num_nodes} node(s); rank 0 runs on {master}.",
+               f"on {num_nodes} node(s); {where}.",
     )
+
+
+def _store_placement(environ: Mapping[str, str], nodes: list[str], master: str) -> tuple[bool | None, str]:
+    """Who hosts the store on `master`, and the sentence that says so (a timeout message quotes it)."""
+    store_host = hosts_store(environ, nodes, master)
+    source = "MASTER_ADDR" if "MASTER_ADDR" in environ else "the step's first node"
+    if store_host is None:
+        return None, f"rank 0 hosts the store on {master} ({source})"
+    return store_host, (f"the store runs on {master} ({source}) in its first task (SLURM_LOCALID=0), "
+                        "wherever rank 0 runs")
 
 
 def from_allocation_shell(environ: Mapping[str, str], free_port: Callable[[], int]) -> DistEnv | None:

@@ -106,7 +106,7 @@ def init(backend: str | None = None, timeout_s: float | None = None,
         logger.warning("%s", warning)
     device = _device_for(env, environ)
     unseen = devices.gpus_unseen(environ, torch.cuda.device_count(), torch.version.cuda)
-    crowded = devices.cpu_oversubscription(environ, env.local_world_size, devices.usable_cpus())
+    crowded = devices.cpu_oversubscription(environ, env.gpu_sharers, devices.usable_cpus())
     for problem in (unseen, crowded):
         if problem is not None and env.local_rank == 0:  # once per node
             logger.warning("rank %d: %s", env.rank, problem)
@@ -165,7 +165,7 @@ def choose_backend(requested: str | None, device: torch.device, setting: str = "
 
 
 def _device_for(env: DistEnv, environ: Mapping[str, str]) -> torch.device:
-    choice = devices.choose_device(environ, env.local_rank, env.local_world_size, torch.cuda.device_count())
+    choice = devices.choose_device(environ, env.local_rank, env.gpu_sharers, torch.cuda.device_count())
     if choice.kind == "cuda":
         torch.cuda.set_device(choice.index)
         return torch.device("cuda", choice.index)
@@ -187,13 +187,13 @@ def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeou
 
 
 def _store(env: DistEnv, timeout: timedelta) -> tuple[Store, str]:
-    """The job's TCPStore (rank 0 hosts it, unless torchrun's agent does) and this run's prefix in
+    """The job's TCPStore (env.hosts_store says whether this process hosts it) and this run's prefix in
     it. torchrun's agent keeps its store across restarts: restarted workers that read the dead
     workers' Gloo addresses fail with "Connection refused" (the agent store still holds the
     previous workers' keys), so there the ranks agree on a fresh prefix first
     (torchslurm.runtime.handshake)."""
     store = TCPStore(env.master_addr, env.master_port, env.world_size,
-                     is_master=env.is_main and not env.agent_store, timeout=timeout, multi_tenant=True)
+                     is_master=env.hosts_store, timeout=timeout, multi_tenant=True)
     prefix = (agree_namespace(store, env.rank, env.world_size, timeout.total_seconds()) if env.agent_store
               else RUN_PREFIX)
     return PrefixStore(prefix, store), prefix
@@ -222,16 +222,16 @@ def _check_all_joined(env: DistEnv, device: torch.device) -> None:
 
 def _unreachable(env: DistEnv, timeout: timedelta, environ: Mapping[str, str],
                  exc: BaseException) -> DistributedError:
-    if env.is_main and not env.agent_store and _port_in_use(exc):
+    if env.hosts_store and _port_in_use(exc):
         return port_taken(env, environ, socket.gethostname())
     nic = {k: environ[k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if k in environ}
-    role = "could not start the store on" if env.rank == 0 else "could not reach the master at"
+    role = "could not start the store on" if env.hosts_store else "could not reach the master at"
     return DistributedError(
         f"rank {env.rank} of {env.world_size} on host {socket.gethostname()} {role} "
         f"{env.master_addr}:{env.master_port} within {timeout.total_seconds():g} s "
         f"(launcher: {env.launcher}; interfaces: {nic or 'chosen by the backend'}): "
         f"{_first_line(exc)}. Placement: {env.reason}",
-        "likely causes: rank 0 did not start or crashed (look at its log first); "
+        "likely causes: the store's host (see Placement) did not start or crashed (look at its log first); "
         "MASTER_ADDR resolves to an address other nodes cannot reach (e.g. 127.0.1.1 in /etc/hosts); "
         "a firewall blocks the port; the port is taken by another job (unset MASTER_PORT); "
         "the ranks disagree on WORLD_SIZE."
@@ -244,13 +244,13 @@ def _port_in_use(exc: BaseException) -> bool:
 
 
 def port_taken(env: DistEnv, environ: Mapping[str, str], host: str) -> DistributedError:
-    """Rank 0 could not listen on master_port: another process holds it (checked by the bind, at once)."""
+    """The store's host could not listen on master_port: another process holds it (checked by the bind, at once)."""
     port = env.master_port
     fixed = "MASTER_PORT" in environ
     source = f"MASTER_PORT={environ['MASTER_PORT']} is set" if fixed else "torchslurm derived the port from the job id"
     who = "another job or process on this node" if env.job_id is not None else "another process on this machine"
     return DistributedError(
-        f"rank 0 could not start the store: port {port} on {host} is already in use, by {who} ({source}).",
+        f"rank {env.rank} could not start the store: port {port} on {host} is already in use, by {who} ({source}).",
         ("unset MASTER_PORT: torchslurm then derives a port unique to each Slurm job and step (or a free one "
          f"locally); or choose a free port. `ss -ltnp 'sport = :{port}'` on {host} shows who holds it.") if fixed else
         (f"set MASTER_PORT to a free port; `ss -ltnp 'sport = :{port}'` on {host} shows who holds {port}."))

@@ -111,3 +111,34 @@ def idle_job_nodes(environ: Mapping[str, str], num_nodes: int) -> tuple[EnvError
         f"srun, spans {num_nodes}: the other nodes stay idle.",
         f"srun --ntasks-per-node=1 torchrun --nnodes={job_nodes} --rdzv-backend=c10d --rdzv-endpoint=<first "
         f"node>:{RDZV_PORT_EXPR} train.py, or `torchslurm run train.py`."),)
+
+
+def srun_locality(environ: Mapping[str, str], world: int) -> tuple[int, int, int] | None:
+    """(ranks on this node, this node's index, nodes) of a world started by the srun step this
+    process runs in: one rank per task (`srun bash -c 'RANK=$SLURM_PROCID … python train.py'`), or
+    the same number per task (a launcher under srun). None outside a step, or when the world does
+    not map onto the step's tasks."""
+    node = environ.get("SLURM_NODEID", "")
+    if "SLURM_STEP_ID" not in environ or not node.isdigit():
+        return None
+    try:
+        per_node = tasks_per_node(environ, len(slurm_nodes(environ)))
+    except EnvError:
+        return None
+    tasks = sum(per_node)
+    if not tasks or world % tasks or int(node) >= len(per_node):
+        return None
+    return per_node[int(node)] * (world // tasks), int(node), len(per_node)
+
+
+def hosts_store(environ: Mapping[str, str], nodes: list[str], master: str) -> bool | None:
+    """Whether this task of an srun step (one rank per task) hosts the store at `master`: the first
+    task (SLURM_LOCALID=0) on that node, whatever its rank. Task 0 need not run on the first listed
+    node (SLURM_HOSTFILE with --distribution=arbitrary, plane distributions), but every node of a
+    step runs a task 0 of its own. None when `master` is not one of the step's nodes (an address
+    given by the script): then rank 0 hosts it, as torch does."""
+    node = environ.get("SLURM_NODEID", "")
+    if "SLURM_STEP_ID" not in environ or master not in nodes or not node.isdigit() or int(node) >= len(nodes):
+        return None
+    here = environ.get("SLURMD_NODENAME") or nodes[int(node)]
+    return here == master and environ.get("SLURM_LOCALID", "0").strip() == "0"

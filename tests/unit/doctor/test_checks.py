@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tests.unit.doctor.conftest import (
     BATCH,
+    CPU_TORCH,
     GPU_TORCH,
     SRUN,
     assert_actionable,
@@ -115,13 +117,25 @@ def test_rank_exported_alone_names_the_export_as_the_cause() -> None:
 
 
 def test_batch_shell_compares_tasks_per_node_with_gpus_per_node() -> None:
-    few = doctor.check_gpus(facts({**BATCH, "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_GPUS_ON_NODE": "4"}))
+    few = doctor.check_gpus(facts({**BATCH, "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_GPUS_ON_NODE": "4"},
+                                  torch=GPU_TORCH))
     assert few.status == "warning"
     assert_actionable(few, "SLURM_GPUS_ON_NODE=4", "SLURM_TASKS_PER_NODE=1(x2)", "3 GPU(s) stay idle")
     assert "--ntasks-per-node=4" in few.hint and "torchslurm run" in few.hint
-    many = doctor.check_gpus(facts({**BATCH, "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_GPUS_ON_NODE": "2"}))
+    many = doctor.check_gpus(facts({**BATCH, "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_GPUS_ON_NODE": "2"},
+                                   torch=GPU_TORCH))
     assert many.status == "warning" and "more ranks than GPUs" in many.detail
-    assert doctor.check_gpus(facts({**BATCH, "SLURM_GPUS_ON_NODE": "2"})).status == "ok"
+    assert doctor.check_gpus(facts({**BATCH, "SLURM_GPUS_ON_NODE": "2"}, torch=GPU_TORCH)).status == "ok"
+
+
+@pytest.mark.parametrize("environ", [{**BATCH, "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_GPUS_ON_NODE": "4"},
+                                     {**SRUN, "SLURM_GPUS_ON_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"}],
+                         ids=["batch shell", "srun task"])
+def test_gpus_torch_cannot_see_are_found_wherever_the_doctor_runs(environ: dict[str, str]) -> None:
+    """Slurm gave GPUs, but a CPU-only torch sees none: the batch shell must say so too, not only advise srun."""
+    check = doctor.check_gpus(facts(environ, torch=CPU_TORCH))
+    assert check.status == "warning" and "torch sees no CUDA device" in check.detail
+    assert "CPU-only build" in check.detail and "CUDA build of torch" in check.hint
 
 
 def test_gpus_cannot_be_counted_without_torch() -> None:

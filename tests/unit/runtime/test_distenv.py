@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from torchslurm.errors import EnvError
+from torchslurm.errors import ConfigError, EnvError
+from torchslurm.runtime.devices import choose_device
 from torchslurm.runtime.distenv import detect
 from torchslurm.runtime.ports import derived_port
 
@@ -246,3 +247,65 @@ def test_slurm_ids_are_read_strictly(value: str) -> None:
         detect(_without(SRUN_TASK, "MASTER_PORT", SLURM_JOB_ID=value), free_port=no_port)
     with pytest.raises(EnvError, match=f"SLURM_PROCID={value!r} is not an integer"):
         detect(_without(SRUN_TASK, SLURM_PROCID=value), free_port=no_port)
+
+
+def bash_c_task(procid: int, nodeid: int, localid: int, **extra: str) -> dict[str, str]:
+    """A task of `srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID python train.py'` on 2 nodes x 8
+    tasks, with WORLD_SIZE, MASTER_ADDR and MASTER_PORT exported by the batch script (no LOCAL_WORLD_SIZE)."""
+    return {**SRUN_TASK, "SLURM_PROCID": str(procid), "SLURM_NODEID": str(nodeid), "SLURM_LOCALID": str(localid),
+            "SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "16", "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+            "SLURM_TASKS_PER_NODE": "8(x2)", "SLURMD_NODENAME": f"node{nodeid + 1}", "CUDA_VISIBLE_DEVICES":
+            "0,1,2,3,4,5,6,7", "RANK": str(procid), "LOCAL_RANK": str(localid), "WORLD_SIZE": "16",
+            "MASTER_ADDR": "node1", "MASTER_PORT": "29500", **extra}
+
+
+def test_rank_and_local_rank_from_slurm_without_local_world_size_take_the_node_layout_from_slurm() -> None:
+    """Read as 16 ranks on one node, this correct launch was refused ('16 ranks share the 8 CUDA devices')."""
+    envs = [detect(bash_c_task(p, p // 8, p % 8), free_port=no_port) for p in range(16)]
+    assert {(e.world_size, e.local_world_size, e.num_nodes, e.local_world_known) for e in envs} == {(16, 8, 2, True)}
+    assert [e.node_rank for e in envs] == [0] * 8 + [1] * 8 and all(not e.warnings for e in envs)
+    chosen = {(e.node_rank, choose_device(bash_c_task(e.rank, e.node_rank, e.local_rank), e.local_rank,
+                                          e.gpu_sharers, 8).index) for e in envs}
+    assert len(chosen) == 16  # every rank its own GPU
+
+
+def test_rank_variables_without_any_node_layout_warn_and_never_refuse_a_rank_that_has_a_gpu() -> None:
+    hand_set = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    env = detect(hand_set, free_port=no_port)
+    assert not env.local_world_known and env.gpu_sharers == 2
+    assert "LOCAL_WORLD_SIZE is not" in env.warnings[0].message and "export LOCAL_WORLD_SIZE" in env.warnings[0].hint
+    assert choose_device(hand_set, env.local_rank, env.gpu_sharers, 4).index == 1
+    with pytest.raises(ConfigError, match="rank slot 1 has no GPU"):  # a rank with no GPU is still refused
+        choose_device(hand_set, env.local_rank, env.gpu_sharers, 1)
+    told = detect({**hand_set, "LOCAL_WORLD_SIZE": "4"}, free_port=no_port)
+    assert told.local_world_known and told.gpu_sharers == 4 and not told.warnings
+
+
+def hostfile_task(procid: int, node: str, localid: int, **extra: str) -> dict[str, str]:
+    """`sbatch -N2 -n4` with SLURM_HOSTFILE listing node2 before node1 and `srun --distribution=arbitrary`:
+    tasks 0-1 run on node2, tasks 2-3 on node1 (the step's first node)."""
+    return {**SRUN_TASK, "SLURM_PROCID": str(procid), "SLURM_NODEID": str(int(node[-1]) - 1),
+            "SLURM_LOCALID": str(localid), "SLURMD_NODENAME": node, "SLURM_DISTRIBUTION": "arbitrary", **extra}
+
+
+HOSTFILE_STEP = [(0, "node2", 0), (1, "node2", 1), (2, "node1", 0), (3, "node1", 1)]
+
+
+def test_with_a_hostfile_the_store_runs_where_the_master_address_points_not_with_rank_0() -> None:
+    envs = {p: detect(hostfile_task(p, n, loc), free_port=no_port) for p, n, loc in HOSTFILE_STEP}
+    assert {e.master_addr for e in envs.values()} == {"node1"}
+    assert [p for p, e in envs.items() if e.hosts_store] == [2]  # the first task of node1, not rank 0 on node2
+    assert "the store runs on node1 (the step's first node) in its first task" in envs[0].reason
+    # `torchslurm run` as these srun tasks: its ranks see torchrun-style variables and keep the rule
+    children = [detect({**hostfile_task(p, n, loc), **envs[p].torchrun_environ()}, free_port=no_port)
+                for p, n, loc in HOSTFILE_STEP]
+    assert [e.rank for e in children if e.hosts_store] == [2]
+
+
+def test_a_master_address_that_is_not_a_step_node_leaves_the_store_with_rank_0() -> None:
+    by_address = {p: detect(hostfile_task(p, n, loc, MASTER_ADDR="198.18.0.12"), free_port=no_port)
+                  for p, n, loc in HOSTFILE_STEP}
+    assert [p for p, e in by_address.items() if e.hosts_store] == [0]
+    assert "rank 0 hosts the store on 198.18.0.12 (MASTER_ADDR)" in by_address[1].reason
+    torchrun = detect({**TORCHRUN_IN_SRUN, "RANK": "0", "LOCAL_RANK": "0", "SLURM_PROCID": "0"}, free_port=no_port)
+    assert torchrun.hosts_store and torchrun.store_host is None  # torchrun's own master is its rank 0
