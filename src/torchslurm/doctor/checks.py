@@ -97,6 +97,22 @@ def check_gpus(facts: Facts) -> Check:
     return Check("gpus", "ok", choice.reason, value=choice.name)
 
 
+def check_cpus(facts: Facts) -> Check:
+    """Each rank's CPUs: what srun passes on of --cpus-per-task, and ranks against the node's CPUs."""
+    env = placement(facts.environ)
+    if env is None:
+        return skipped("cpus")
+    problems = [devices.srun_cpus_unset(facts.environ)]
+    if facts.usable_cpus:
+        problems += [devices.cpus_per_task_lost(facts.environ, facts.usable_cpus),
+                     devices.cpu_oversubscription(facts.environ, env.gpu_sharers, facts.usable_cpus)]
+    problem = next((p for p in problems if p is not None), None)
+    if problem is not None:
+        return Check("cpus", "warning", problem.message, problem.hint or "", str(facts.usable_cpus or ""))
+    seen = f"{facts.usable_cpus} CPU(s) usable here" if facts.usable_cpus else "CPUs not counted"
+    return Check("cpus", "ok", f"{seen}; {env.gpu_sharers} rank(s) on this node.", value=str(facts.usable_cpus or ""))
+
+
 def check_backend(facts: Facts, requested: str | None = None) -> Check:
     requested, source = requested_backend(facts, requested)
     if requested is not None and requested not in devices.BACKENDS:
@@ -180,7 +196,8 @@ def check_controller(facts: Facts) -> Check:
 
 def run_checks(facts: Facts, backend: str | None = None) -> list[Check]:
     """Every check, in the order a user reads them."""
-    return [check_placement(facts), check_torch(facts), check_gpus(facts), check_backend(facts, backend),
+    return [check_placement(facts), check_torch(facts), check_gpus(facts), check_cpus(facts),
+            check_backend(facts, backend),
             check_master_addr(facts), check_master_port(facts), *check_interfaces(facts, backend),
             check_nccl_env(facts), check_slurm_commands(facts), check_controller(facts)]
 

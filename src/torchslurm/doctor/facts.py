@@ -87,6 +87,8 @@ class Facts:
     scontrol on PATH, or not the first rank of its node: one ping per node)."""
     python: str = ""
     """sys.executable."""
+    usable_cpus: int = 0
+    """CPUs this process may run on (its affinity); 0 when not recorded."""
 
 
 @dataclass(frozen=True)

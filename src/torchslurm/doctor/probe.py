@@ -21,7 +21,7 @@ from torchslurm.doctor import facts
 from torchslurm.doctor.facts import Check, Facts, TorchFacts
 from torchslurm.errors import EnvError, SlurmError, TorchSlurmError
 from torchslurm.jobs import slurm
-from torchslurm.runtime import netif
+from torchslurm.runtime import devices, netif
 
 __all__ = ["check_connect", "gather"]
 
@@ -55,6 +55,7 @@ def gather(environ: Mapping[str, str], which: Callable[[str], str | None] | None
         source=source, own_addresses=tuple(netif.own_addresses()), first_node_ips=first_ips,
         infiniband=tuple(sorted(p.name for p in infiniband.iterdir())) if infiniband.is_dir() else (),
         commands={name: which(name) for name in doctor.SLURM_COMMANDS}, python=sys.executable,
+        usable_cpus=devices.usable_cpus(),
         controller=_ping_controller(which("scontrol"), environ) if env is None or env.local_rank == 0 else None,
     )
 

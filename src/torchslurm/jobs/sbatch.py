@@ -132,6 +132,10 @@ WAIT_FOR_REQUEUE = [
 
 def _exports(spec: JobSpec) -> dict[str, str]:
     out = dict(spec.env)
+    if spec.cpus_per_task is not None:
+        # Slurm >= 22.05: srun no longer takes --cpus-per-task from the allocation (each task would
+        # get one CPU) unless SRUN_CPUS_PER_TASK says it; older srun ignores the variable.
+        out["SRUN_CPUS_PER_TASK"] = str(spec.cpus_per_task)
     if spec.backend != "auto":
         out["TORCHSLURM_BACKEND"] = spec.backend
     if spec.nic is not None:

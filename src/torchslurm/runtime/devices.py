@@ -25,8 +25,8 @@ from typing import Literal
 from torchslurm import hostlist
 from torchslurm.errors import ConfigError, EnvError, not_one_of
 
-__all__ = ["BACKENDS", "DEVICE_VARIABLE", "DeviceChoice", "choose_device", "cpu_oversubscription", "gpus_unseen",
-           "per_task_binding", "slurm_gpus", "usable_cpus"]
+__all__ = ["BACKENDS", "DEVICE_VARIABLE", "DeviceChoice", "choose_device", "cpu_oversubscription",
+           "cpus_per_task_lost", "gpus_unseen", "per_task_binding", "slurm_gpus", "srun_cpus_unset", "usable_cpus"]
 
 DEVICE_VARIABLE = "TORCHSLURM_DEVICE"
 """`TORCHSLURM_DEVICE=cpu`: compute on the CPU on purpose, even where Slurm gave the job GPUs."""
@@ -134,6 +134,40 @@ def cpu_oversubscription(environ: Mapping[str, str], ranks: int, cpus: int) -> C
                        "waits for a core, steps are slow and timeouts (store, heartbeats, collectives) may fire.",
                        f"start at most {limit} rank(s) per node (--nproc {limit}), or ask Slurm for more CPUs "
                        f"(--cpus-per-task).")
+
+
+def cpus_per_task_lost(environ: Mapping[str, str], cpus: int) -> EnvError | None:
+    """An srun task running on fewer CPUs than the job's --cpus-per-task: since Slurm 22.05 srun no
+    longer takes --cpus-per-task from the batch allocation (SLURM_CPUS_PER_TASK, which the task
+    still inherits) unless SRUN_CPUS_PER_TASK is set, so each task gets one CPU and data loading crawls."""
+    asked = _cpus_per_task(environ)
+    if "SLURM_STEP_ID" not in environ or asked is None or cpus >= asked:
+        return None
+    return EnvError(f"this srun task may run on {cpus} CPU(s) but the job asked for SLURM_CPUS_PER_TASK={asked}: "
+                    "srun (Slurm 22.05 and later) did not pass --cpus-per-task on, so data loading and the CPU "
+                    "work of every rank crawl.", _srun_cpus_hint(asked))
+
+
+def srun_cpus_unset(environ: Mapping[str, str]) -> EnvError | None:
+    """In a batch shell that asked for several CPUs per task: what the srun steps it starts would get."""
+    asked = _cpus_per_task(environ)
+    if "SLURM_STEP_ID" in environ or "SLURM_JOB_ID" not in environ or asked is None:
+        return None
+    return EnvError(f"this job asked for SLURM_CPUS_PER_TASK={asked} but SRUN_CPUS_PER_TASK is not set: on Slurm "
+                    "22.05 and later, `srun` started from this shell gives each task one CPU.", _srun_cpus_hint(asked))
+
+
+def _cpus_per_task(environ: Mapping[str, str]) -> int | None:
+    """SLURM_CPUS_PER_TASK when it is above 1 and srun is not told it otherwise (SRUN_CPUS_PER_TASK)."""
+    asked = environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    if not asked.isdigit() or int(asked) <= 1 or environ.get("SRUN_CPUS_PER_TASK", "").strip():
+        return None
+    return int(asked)
+
+
+def _srun_cpus_hint(asked: int) -> str:
+    return ("export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK in the job script before srun (or `srun "
+            f"--cpus-per-task={asked}`); `torchslurm script` and `submit` write it.")
 
 
 def per_task_binding(environ: Mapping[str, str], cuda_device_count: int) -> str | None:

@@ -106,8 +106,9 @@ def init(backend: str | None = None, timeout_s: float | None = None,
         logger.warning("%s", warning)
     device = _device_for(env, environ)
     unseen = devices.gpus_unseen(environ, torch.cuda.device_count(), torch.version.cuda)
-    crowded = devices.cpu_oversubscription(environ, env.gpu_sharers, devices.usable_cpus())
-    for problem in (unseen, crowded):
+    cpus = devices.usable_cpus()
+    crowded = devices.cpu_oversubscription(environ, env.gpu_sharers, cpus)
+    for problem in (unseen, crowded, devices.cpus_per_task_lost(environ, cpus)):
         if problem is not None and env.local_rank == 0:  # once per node
             logger.warning("rank %d: %s", env.rank, problem)
     if backend is None and environ.get("TORCHSLURM_BACKEND"):

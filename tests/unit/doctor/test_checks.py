@@ -245,7 +245,7 @@ def test_report_of_a_healthy_srun_task_has_no_failure_and_runs_every_check_in_or
     assert not result.failed
     assert (result.host, result.rank, result.world_size, result.launcher) == ("node2", 2, 4, "srun")
     assert [c["name"] for c in result.to_json()["checks"]] == [
-        "placement", "torch", "gpus", "backend", "master_addr", "master_port", "nccl_socket_ifname",
+        "placement", "torch", "gpus", "cpus", "backend", "master_addr", "master_port", "nccl_socket_ifname",
         "gloo_socket_ifname", "nccl_env", "slurm_commands", "slurm_controller"]
 
 
@@ -265,3 +265,20 @@ def test_missing_ranks_are_those_of_the_largest_world_that_did_not_report() -> N
     assert doctor.missing_ranks([rank(1, 2), rank(0, 2)]) == []
     assert doctor.missing_ranks([]) == []
     assert doctor.missing_ranks([rank(None, None), rank(None, None)]) == []  # placement unknown everywhere
+
+
+def test_cpus_an_srun_task_on_fewer_cpus_than_asked_is_found_in_the_task_and_the_batch_shell() -> None:
+    lost = doctor.check_cpus(facts({**SRUN, "SLURM_CPUS_PER_TASK": "8"}, usable_cpus=1))
+    assert lost.status == "warning"
+    assert_actionable(lost, "SLURM_CPUS_PER_TASK=8", "on 1 CPU(s)")
+    assert "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in lost.hint
+    shell = doctor.check_cpus(facts({**BATCH, "SLURM_CPUS_PER_TASK": "8"}))
+    assert shell.status == "warning" and "SRUN_CPUS_PER_TASK is not set" in shell.detail
+    assert doctor.check_cpus(facts({**SRUN, "SLURM_CPUS_PER_TASK": "8"}, usable_cpus=8)).status == "ok"
+    assert doctor.check_cpus(facts({**BATCH, "SLURM_CPUS_PER_TASK": "8", "SRUN_CPUS_PER_TASK": "8"})).status == "ok"
+
+
+def test_cpus_more_ranks_than_the_nodes_cpus_is_a_warning() -> None:
+    crowded = doctor.check_cpus(facts({**SRUN, "SLURM_CPUS_ON_NODE": "1"}, usable_cpus=4))
+    assert crowded.status == "warning" and "2 ranks on this node but SLURM_CPUS_ON_NODE=1" in crowded.detail
+    assert doctor.check_cpus(facts({}, usable_cpus=4)).status == "ok"

@@ -75,6 +75,15 @@ def test_torchrun_mode_one_task_per_node() -> None:
     assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in text
 
 
+@pytest.mark.parametrize("launch", ["srun", "torchrun"])
+def test_cpus_per_task_reaches_the_srun_steps_on_every_slurm_version(launch: str) -> None:
+    """Slurm >= 22.05: srun takes --cpus-per-task from SRUN_CPUS_PER_TASK, not from the allocation."""
+    text = render(JobSpec(script="t.py", launch=launch, cpus_per_task=6))
+    assert "#SBATCH --cpus-per-task=6" in text
+    assert text.index("export SRUN_CPUS_PER_TASK=6") < text.index("\nsrun ")
+    assert "SRUN_CPUS_PER_TASK" not in render(JobSpec(script="t.py", launch=launch))
+
+
 def test_rdzv_port_matches_runtime_formula() -> None:
     """The script's bash arithmetic gives the runtime's derived port for step slot 0, for job ids
     small and large (past the port span, past 2**31), as bash computes it on the node."""

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from torchslurm.errors import ConfigError
-from torchslurm.runtime.devices import DeviceChoice, choose_device, gpus_unseen, per_task_binding
+from torchslurm.runtime.devices import (
+    DeviceChoice,
+    choose_device,
+    cpus_per_task_lost,
+    gpus_unseen,
+    per_task_binding,
+    srun_cpus_unset,
+)
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 
@@ -163,3 +170,31 @@ def test_torchslurm_device_cpu_chooses_the_cpu_even_with_gpus_and_other_values_a
     assert choose_device({**GPU_TASK, "TORCHSLURM_DEVICE": "auto"}, 1, 2, 2).name == "cuda:1"
     with pytest.raises(ConfigError, match=r"TORCHSLURM_DEVICE='gpu'.*cpu, auto"):
         choose_device({"TORCHSLURM_DEVICE": "gpu"}, 0, 1, 2)
+
+
+# What an srun task of `#SBATCH --cpus-per-task=4` + a plain `srun` inherits on Slurm >= 22.05: the batch
+# shell's SLURM_CPUS_PER_TASK, while srun itself gave the task one CPU.
+CPU_TASK = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_CPUS_PER_TASK": "4"}
+
+
+@pytest.mark.parametrize(("environ", "cpus", "lost"), [
+    (CPU_TASK, 1, True),
+    (CPU_TASK, 4, False),                                       # srun -c 4, or Slurm < 22.05
+    ({**CPU_TASK, "SRUN_CPUS_PER_TASK": "4"}, 1, False),        # told: whatever binds it, not this
+    ({**CPU_TASK, "SLURM_CPUS_PER_TASK": "1"}, 1, False),
+    ({k: v for k, v in CPU_TASK.items() if k != "SLURM_STEP_ID"}, 1, False),  # the batch shell itself
+])
+def test_an_srun_task_on_fewer_cpus_than_the_job_asked_for(environ: dict[str, str], cpus: int, lost: bool) -> None:
+    problem = cpus_per_task_lost(environ, cpus)
+    assert (problem is not None) is lost
+    if problem is not None:
+        assert "on 1 CPU(s) but the job asked for SLURM_CPUS_PER_TASK=4" in problem.message
+        assert problem.hint and "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in problem.hint
+
+
+def test_a_batch_shell_without_srun_cpus_per_task_says_what_its_steps_would_get() -> None:
+    shell = {"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "4"}
+    problem = srun_cpus_unset(shell)
+    assert problem is not None and "SRUN_CPUS_PER_TASK is not set" in problem.message
+    assert srun_cpus_unset({**shell, "SRUN_CPUS_PER_TASK": "4"}) is None
+    assert srun_cpus_unset(CPU_TASK) is None and srun_cpus_unset({"SLURM_CPUS_PER_TASK": "4"}) is None
