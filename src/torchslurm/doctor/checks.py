@@ -102,7 +102,7 @@ def check_cpus(facts: Facts) -> Check:
     env = placement(facts.environ)
     if env is None:
         return skipped("cpus")
-    problems = [devices.srun_cpus_unset(facts.environ)]
+    problems: list[TorchSlurmError | None] = [devices.srun_cpus_unset(facts.environ)]
     if facts.usable_cpus:
         problems += [devices.cpus_per_task_lost(facts.environ, facts.usable_cpus),
                      devices.cpu_oversubscription(facts.environ, env.gpu_sharers, facts.usable_cpus)]
