@@ -1,6 +1,7 @@
 """The classic mistakes, made as a user makes them on the sandbox cluster, caught at run time with a
 message that names the cause (and by `torchslurm doctor`): `torchrun --standalone` on two nodes, a
-batch script that exports RANK, and GPUs from Slurm with a CPU-only torch (the sandbox's fake GPUs).
+batch script that exports RANK, GPUs from Slurm with a CPU-only torch (the sandbox's fake GPUs), and
+--cpus-per-task that a plain srun would not pass on (Slurm >= 22.05).
 
 One job makes them all, one step after another (a job costs ~10 s of sandbox start-up each); the
 tests read its outputs."""
@@ -72,6 +73,9 @@ torchslurm train run_dir={d}/gpu epochs=1 > {d}/gpu-train.out 2>&1
 echo "gpu-train exit $?"
 srun --output={d}/gpu-init-%t.out $py -c "import torchslurm; torchslurm.init().env.rank; torchslurm.shutdown()"
 echo "gpu-init exit $?"
+# doctor in the batch shell itself: the unseen GPUs, and srun steps without SRUN_CPUS_PER_TASK
+torchslurm doctor --json > {d}/batch-doctor.json
+echo "batch-doctor exit $?"
 # 9. doctor --ranks from the batch shell: its ranks are srun tasks
 torchslurm doctor --ranks --json > {d}/ranks-doctor.json
 echo "ranks-doctor exit $?"
@@ -134,3 +138,14 @@ def test_doctor_ranks_started_by_srun_say_srun(mistakes: Mistakes) -> None:
     assert [(r["rank"], r["launcher"]) for r in reports] == [(rank, "srun") for rank in range(4)], reports
     gpus = {c["name"]: c for c in reports[0]["checks"]}["gpus"]
     assert gpus["status"] == "warn" and "TORCHSLURM_DEVICE=cpu" in gpus["hint"]
+
+
+def test_doctor_in_the_batch_shell_finds_unseen_gpus_and_the_cpus_srun_would_not_pass_on(mistakes: Mistakes) -> None:
+    assert mistakes.exit_code("batch-doctor") in (0, 1)
+    [report] = mistakes.reports("batch-doctor.json")
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["gpus"]["status"] == "warn", checks["gpus"]
+    assert checks["gpus"]["detail"].startswith("Slurm gave this task GPUs") and "torch sees no CUDA device" in \
+        checks["gpus"]["detail"]
+    assert checks["cpus"]["status"] == "warn" and "SLURM_CPUS_PER_TASK=2" in checks["cpus"]["detail"], checks["cpus"]
+    assert "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in checks["cpus"]["hint"]

@@ -65,6 +65,8 @@ def main() -> int:
             "local_world_size": ctx.env.local_world_size, "node_rank": ctx.env.node_rank,
             "host": socket.gethostname(), "launcher": ctx.env.launcher, "job_id": ctx.env.job_id,
             "master_addr": ctx.env.master_addr, "master_port": ctx.env.master_port,
+            "hosts_store": ctx.env.hosts_store, "num_nodes": ctx.env.num_nodes, "reason": ctx.env.reason,
+            "local_world_known": ctx.env.local_world_known,
             "backend": ctx.backend, "device": str(ctx.device), "interface_env": dict(ctx.interface_env),
             "nic_vars": {k: os.environ[k] for k in NIC_VARS if k in os.environ},
             "allreduce": value.item(), "expected": ctx.world_size * (ctx.world_size + 1) / 2,
