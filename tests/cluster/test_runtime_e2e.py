@@ -163,7 +163,17 @@ GPU_CASES = {
     "srun_gpn4_bind_map_gpu_3_1": ("srun --gpus-per-node=4 --gpu-bind=map_gpu:3,1",
                                    ["--gpus-per-node=4", "--gpu-bind=map_gpu:3,1"]),
     "sbatch_gpus_per_task1_srun": ("sbatch --gpus-per-task=1, then srun with no GPU options", None),
+    "srun_gpn4_accel_bind_g": ("srun --gpus-per-node=4 --accel-bind=g", ["--gpus-per-node=4", "--accel-bind=g"]),
+    "srun_gpn4_bind_closest": ("srun --gpus-per-node=4 --gpu-bind=closest",
+                               ["--gpus-per-node=4", "--gpu-bind=closest"]),
+    # lists whose entries overlap: both local tasks see GPUs 0 and 1, or 0,1 and 1,2
+    "srun_gpn4_bind_mask_same": ("srun --gpus-per-node=4 --gpu-bind=mask_gpu:0x3,0x3",
+                                 ["--gpus-per-node=4", "--gpu-bind=mask_gpu:0x3,0x3"]),
+    "srun_gpn4_bind_mask_overlap": ("srun --gpus-per-node=4 --gpu-bind=mask_gpu:0x3,0x6",
+                                    ["--gpus-per-node=4", "--gpu-bind=mask_gpu:0x3,0x6"]),
 }
+# Where the tasks' views overlap, the right answer is given as the physical GPU of each local task.
+PHYSICAL = {"srun_gpn4_bind_mask_same": ["0", "1"], "srun_gpn4_bind_mask_overlap": ["0", "1"]}
 
 
 def gpu_case(cluster: Cluster, name: str) -> list[dict[str, Any]]:
@@ -181,9 +191,11 @@ def gpu_case(cluster: Cluster, name: str) -> list[dict[str, Any]]:
     return records(cluster.job_dir)
 
 
-def truth(r: dict[str, Any]) -> int:
+def truth(name: str, r: dict[str, Any]) -> int:
     """Slurm's meaning: a task that sees one device owns it (index 0 of its view); a task that sees
-    all of the node's GPUs takes the local_rank-th."""
+    all of the node's GPUs takes the local_rank-th; with overlapping views, PHYSICAL says."""
+    if name in PHYSICAL:
+        return r["environ"]["CUDA_VISIBLE_DEVICES"].split(",").index(PHYSICAL[name][r["local_rank"]])
     return 0 if r["cuda_device_count"] == 1 else int(r["local_rank"])
 
 
@@ -193,7 +205,7 @@ def test_gpu_binding_each_rank_uses_its_own_gpu(cluster: Cluster, name: str) -> 
     assert [r["rank"] for r in found] == [0, 1, 2, 3]
     physical = defaultdict(set)
     for r in found:
-        assert (r["kind"], r["index"]) == ("cuda", truth(r)), r
+        assert (r["kind"], r["index"]) == ("cuda", truth(name, r)), r
         visible = r["environ"]["CUDA_VISIBLE_DEVICES"].split(",")
         physical[r["host"]].add(visible[r["index"]])
     # Two ranks on one node never share a physical GPU.
@@ -201,7 +213,7 @@ def test_gpu_binding_each_rank_uses_its_own_gpu(cluster: Cluster, name: str) -> 
     path = FIXTURES / f"{name}.json"
     tasks = [{"cuda_device_count": r["cuda_device_count"],
               "environ": {k: v for k, v in sorted(r["environ"].items()) if k != "SLURM_SUBMIT_DIR"},
-              "expect": {"index": truth(r), "kind": "cuda"}, "local_rank": r["local_rank"],
+              "expect": {"index": truth(name, r), "kind": "cuda"}, "local_rank": r["local_rank"],
               "local_world_size": r["local_world_size"]} for r in found]
     if RECORD:
         FIXTURES.mkdir(parents=True, exist_ok=True)

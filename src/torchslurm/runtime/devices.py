@@ -24,6 +24,7 @@ from typing import Literal
 
 from torchslurm import hostlist
 from torchslurm.errors import ConfigError, EnvError, not_one_of
+from torchslurm.runtime import gpubind
 
 __all__ = ["BACKENDS", "DEVICE_VARIABLE", "DeviceChoice", "choose_device", "cpu_oversubscription",
            "cpus_per_task_lost", "gpus_unseen", "per_task_binding", "slurm_gpus", "srun_cpus_unset", "usable_cpus"]
@@ -201,6 +202,10 @@ def _slot(
     if binding is not None:
         if torchrun:
             return local_rank, local_world_size, f"{binding}; torchrun local rank {local_rank} inside the task"
+        task = environ.get("SLURM_LOCALID", "")
+        listed = gpubind.task_slot(environ, int(task), _srun_tasks_on_node(environ), count) if task.isdigit() else None
+        if listed is not None:
+            return listed[0], 1, listed[1]
         return 0, 1, f"{binding}, so this task uses its first"
     tasks_here = _srun_tasks_on_node(environ) if torchrun else 1
     if tasks_here > 1:

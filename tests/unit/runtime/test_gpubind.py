@@ -1,0 +1,66 @@
+"""Slurm's map_gpu/mask_gpu bind lists: parsed as srun applies them, and overlapping lists never put
+two tasks of a node on one GPU. The environments are what the sandbox's slurmd (22.05) set."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchslurm.errors import ConfigError
+from torchslurm.runtime.gpubind import assign, bind_list, gpu_sets, task_slot
+
+
+@pytest.mark.parametrize(("spec", "tasks", "expected"), [
+    ("map_gpu:3,1", 2, [{3}, {1}]),
+    ("map_gpu:0x2,1", 3, [{2}, {1}, {2}]),               # reused past its end; hex with 0x
+    ("map_gpu:0*2,1*2", 4, [{0}, {0}, {1}, {1}]),        # entry*N
+    ("mask_gpu:0x3,0xc", 2, [{0, 1}, {2, 3}]),
+    ("mask_gpu:3,6", 2, [{0, 1}, {1, 2}]),                # masks are hex, with or without 0x
+])
+def test_gpu_sets_follow_man_srun(spec: str, tasks: int, expected: list[set[int]]) -> None:
+    assert gpu_sets(spec, tasks) == [frozenset(s) for s in expected]
+
+
+def test_each_task_takes_the_first_gpu_no_lower_task_took() -> None:
+    assert assign([frozenset({0, 1}), frozenset({0, 1}), frozenset({2, 3}), frozenset({2, 3})]) == [0, 1, 2, 3]
+    assert assign([frozenset({0, 1}), frozenset({1, 2})]) == [0, 1]
+    assert assign([frozenset({1}), frozenset({1})]) == [1, None]
+
+
+def task(localid: int, visible: str, bind: str) -> dict[str, str]:
+    return {"SLURM_STEP_ID": "0", "SLURM_LOCALID": str(localid), "CUDA_VISIBLE_DEVICES": visible,
+            "SLURMD_TRES_BIND": bind, "SLURM_GPUS_ON_NODE": "4"}
+
+
+def test_overlapping_masks_give_every_task_its_own_gpu() -> None:
+    """`srun -n4 --gpus-per-node=4 --gpu-bind=mask_gpu:0x3,0x3,0xc,0xc`: tasks 0 and 1 both see 0,1."""
+    bind = "gpu:mask_gpu:0x3,0x3,0xc,0xc"
+    views = ["0,1", "0,1", "2,3", "2,3"]
+    slots = [task_slot(task(i, v, bind), i, 4, 2) for i, v in enumerate(views)]
+    physical = [views[i].split(",")[slot[0]] for i, slot in enumerate(slots) if slot is not None]
+    assert physical == ["0", "1", "2", "3"]
+    assert "local task 1 takes GPU 1 of its 0,1" in str(slots[1])
+
+
+def test_a_list_that_leaves_a_task_without_a_gpu_is_refused_not_shared() -> None:
+    """`--gpu-bind=map_gpu:1,1,2,2`: Slurm shows tasks 0 and 1 the same single GPU."""
+    bind = "gpu:map_gpu:1,1,2,2"
+    assert task_slot(task(0, "1", bind), 0, 4, 1) == (0, "SLURMD_TRES_BIND=gpu:map_gpu:1,1,2,2: local task 0 "
+                                                         "takes GPU 1 of its 1")
+    with pytest.raises(ConfigError) as info:
+        task_slot(task(1, "1", bind), 1, 4, 1)
+    assert "binds local task 1 to GPU(s) 1, which local tasks 0, 1 of this node share" in info.value.message
+    assert info.value.hint and "--gpus-per-task=1" in info.value.hint
+
+
+@pytest.mark.parametrize("environ", [
+    {"SLURMD_TRES_BIND": "gpu:per_task:1"}, {"SLURMD_TRES_BIND": "gpu:closest"}, {},
+    {"SLURM_GPU_BIND": "verbose,mask_gpu:zz"},  # unreadable: the caller's rule applies
+])
+def test_no_list_or_an_unreadable_one_leaves_the_choice_to_the_caller(environ: dict[str, str]) -> None:
+    assert task_slot({**environ, "SLURM_LOCALID": "0"}, 0, 2, 1) is None
+
+
+def test_bind_list_reads_either_variable() -> None:
+    assert bind_list({"SLURM_GPU_BIND": "verbose,map_gpu:0,1"}) == ("SLURM_GPU_BIND=verbose,map_gpu:0,1",
+                                                                    "map_gpu:0,1")
+    assert bind_list({"SLURMD_TRES_BIND": "gpu:single:1"}) is None
