@@ -98,24 +98,21 @@ def test_every_script_parses_in_bash_and_cites_its_report() -> None:
 # ---- runtime and doctor --------------------------------------------------------------------------
 
 
-def serves_store(env: DistEnv) -> bool:
-    """Whether this process serves the job's TCPStore on master_addr: rank 0, unless torchrun's agent does."""
-    return env.rank == 0 and not env.agent_store
-
-
 def runtime_warnings(env: DistEnv, task: dict[str, Any]) -> list[str]:
     """What `torchslurm.init()` warns about for this task: the placement's warnings, GPUs torch does not see,
     and ranks crowding the task's CPUs (`usable_cpus`: its CPU affinity)."""
     environ, count = task["environ"], task["cuda_device_count"]
     found = [warning.message for warning in env.warnings]
+    cpus = task.get("usable_cpus", 64)
     unseen = devices.gpus_unseen(environ, count, task.get("torch_cuda", "12.4"))
-    crowded = devices.cpu_oversubscription(environ, env.local_world_size, task.get("usable_cpus", 64))
-    return found + [problem.message for problem in (unseen, crowded) if problem is not None]
+    crowded = devices.cpu_oversubscription(environ, env.gpu_sharers, cpus)
+    lost = devices.cpus_per_task_lost(environ, cpus)
+    return found + [problem.message for problem in (unseen, crowded, lost) if problem is not None]
 
 
 def decide(task: dict[str, Any]) -> tuple[DistEnv, devices.DeviceChoice]:
     env = detect(task["environ"], free_port=lambda: 29400)
-    return env, devices.choose_device(task["environ"], env.local_rank, env.local_world_size, task["cuda_device_count"])
+    return env, devices.choose_device(task["environ"], env.local_rank, env.gpu_sharers, task["cuda_device_count"])
 
 
 def task_verdict(task: dict[str, Any]) -> str:
@@ -134,7 +131,7 @@ def task_verdict(task: dict[str, Any]) -> str:
     if wrong:
         return f"wrong {wrong}, expected {({key: task[key] for key in wrong})}"
     node = task["environ"].get("SLURMD_NODENAME")
-    if serves_store(env) and node and env.master_addr not in (node, "127.0.0.1"):
+    if env.hosts_store and node and env.master_addr not in (node, "127.0.0.1"):
         return f"this process serves the store on {node} but the master is {env.master_addr}"
     warned = runtime_warnings(env, task)
     if "warns" in task and not any(task["warns"] in message for message in warned):
@@ -149,7 +146,8 @@ def doctor_verdict(task: dict[str, Any]) -> str:
     cuda = task.get("torch_cuda", "12.4")
     torch = TorchFacts(version="2.5.1", cuda=cuda, cuda_device_count=task["cuda_device_count"],
                        nccl="2.21.5" if cuda else None, gloo=True)
-    facts = Facts(environ=task["environ"], hostname=task["environ"].get("SLURMD_NODENAME", "localhost"), torch=torch)
+    facts = Facts(environ=task["environ"], hostname=task["environ"].get("SLURMD_NODENAME", "localhost"), torch=torch,
+                  usable_cpus=task.get("usable_cpus", 64))
     check = DOCTOR_CHECKS[want["check"]](facts)
     if check.status != want["status"] or want.get("detail", "") not in check.detail:
         return f"doctor {check.name}: {check.status}: {check.detail}"

@@ -51,6 +51,10 @@ class DeviceChoice:
     """Index among the visible CUDA devices (what torch.device("cuda", index) takes); -1 on CPU."""
     reason: str
     """One sentence saying how the choice was made."""
+    agree: bool = False
+    """Other tasks of the node may see some of the same GPUs and no variable says which (a partial view:
+    `--gpu-bind=closest`, `--accel-bind=g`): `index` is provisional, and init() lets the node's tasks
+    agree on one GPU each (gpubind.agree) before the process group starts."""
 
     @property
     def name(self) -> str:
@@ -73,6 +77,8 @@ def choose_device(
         shown = "unset" if visible is None else repr(visible)
         return DeviceChoice("cpu", -1, f"no CUDA device is visible (CUDA_VISIBLE_DEVICES {shown}); using CPU")
     slot, sharers, view = _slot(environ, local_rank, local_world_size, cuda_device_count)
+    if view.startswith(_PARTIAL):
+        return DeviceChoice("cuda", slot, f"cuda:{slot} of {cuda_device_count} visible: {view}", agree=True)
     if sharers > cuda_device_count or slot >= cuda_device_count:
         setting = "CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible!r}"
         raise ConfigError(
@@ -199,14 +205,10 @@ def _slot(
     """(my index among the processes sharing my visible devices, how many share them, why)."""
     torchrun = "TORCHELASTIC_RUN_ID" in environ
     binding = per_task_binding(environ, count)
+    if binding is not None and torchrun:
+        return local_rank, local_world_size, f"{binding}; torchrun local rank {local_rank} inside the task"
     if binding is not None:
-        if torchrun:
-            return local_rank, local_world_size, f"{binding}; torchrun local rank {local_rank} inside the task"
-        task = environ.get("SLURM_LOCALID", "")
-        listed = gpubind.task_slot(environ, int(task), _srun_tasks_on_node(environ), count) if task.isdigit() else None
-        if listed is not None:
-            return listed[0], 1, listed[1]
-        return 0, 1, f"{binding}, so this task uses its first"
+        return _task_slot(environ, binding, local_rank, count)
     tasks_here = _srun_tasks_on_node(environ) if torchrun else 1
     if tasks_here > 1:
         # torchrun started by several srun tasks on one node: each torchrun numbers its workers
@@ -218,6 +220,31 @@ def _slot(
             f"local rank {local_rank} of {local_world_size}")
     shared = f"all {local_world_size} ranks of the node see the same GPUs; local rank {local_rank}"
     return local_rank, local_world_size, shared
+
+
+def _task_slot(environ: Mapping[str, str], binding: str, local_rank: int, count: int) -> tuple[int, int, str]:
+    """_slot of an srun task whose visible GPUs Slurm chose for it (`binding` says how)."""
+    localid = environ.get("SLURM_LOCALID", "")
+    task = int(localid) if localid.isdigit() else local_rank
+    listed = gpubind.task_slot(environ, task, _srun_tasks_on_node(environ), count)
+    if listed is not None:
+        return listed[0], 1, listed[1]
+    if count > 1 and _partial_view(environ, count):
+        return task % count, 1, f"{_PARTIAL} ({binding}): task {task} provisionally takes its {task % count}"
+    return 0, 1, f"{binding}, so this task uses its first"
+
+
+_PARTIAL = "a part of the node's GPUs that other tasks may share"
+
+
+def _partial_view(environ: Mapping[str, str], count: int) -> bool:
+    """This task sees some of the step's GPUs on its node without a per-task request saying they are
+    its own (--gpus-per-task, per_task/single/map_gpu/mask_gpu): the GPUs near its CPUs."""
+    tres = environ.get("SLURMD_TRES_BIND", "").removeprefix("gpu:")
+    explicit = any(value.removeprefix("verbose,").startswith(_TASK_BINDS)
+                   for value in (tres, environ.get("SLURM_GPU_BIND", "")))
+    on_node = environ.get("SLURM_GPUS_ON_NODE", "")
+    return not explicit and not environ.get("SLURM_GPUS_PER_TASK") and on_node.isdigit() and int(on_node) > count
 
 
 def _srun_tasks_on_node(environ: Mapping[str, str]) -> int:

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
 from torchslurm.errors import ConfigError, DistributedError, not_one_of
-from torchslurm.runtime import devices, netif
+from torchslurm.runtime import devices, gpubind, netif
 from torchslurm.runtime.devices import BACKENDS
 from torchslurm.runtime.distenv import DistEnv, detect
 from torchslurm.runtime.handshake import agree_namespace
@@ -104,7 +104,7 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     env = detect(environ)
     for warning in env.warnings:
         logger.warning("%s", warning)
-    device = _device_for(env, environ)
+    device, agree = _device_for(env, environ)
     unseen = devices.gpus_unseen(environ, torch.cuda.device_count(), torch.version.cuda)
     cpus = devices.usable_cpus()
     crowded = devices.cpu_oversubscription(environ, env.gpu_sharers, cpus)
@@ -120,7 +120,7 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     timeout = timedelta(seconds=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
     logger.debug("rank %d: %s device=%s backend=%s nic=%s", env.rank, env.reason, device, chosen_backend,
                  dict(interface_env))
-    store_prefix = _init_process_group(env, chosen_backend, device, timeout, environ)
+    store_prefix, device = _init_process_group(env, chosen_backend, device, timeout, environ, agree)
     _check_all_joined(env, device)
     return DistContext(env=env, device=device, backend=chosen_backend, interface_env=interface_env,
                        timeout_s=timeout.total_seconds(), store_prefix=store_prefix)
@@ -165,26 +165,44 @@ def choose_backend(requested: str | None, device: torch.device, setting: str = "
     return requested
 
 
-def _device_for(env: DistEnv, environ: Mapping[str, str]) -> torch.device:
+def _device_for(env: DistEnv, environ: Mapping[str, str]) -> tuple[torch.device, bool]:
+    """This rank's device, and whether the node's tasks must still agree on it (DeviceChoice.agree)."""
     choice = devices.choose_device(environ, env.local_rank, env.gpu_sharers, torch.cuda.device_count())
     if choice.kind == "cuda":
         torch.cuda.set_device(choice.index)
-        return torch.device("cuda", choice.index)
-    return torch.device("cpu")
+        return torch.device("cuda", choice.index), choice.agree
+    return torch.device("cpu"), False
+
+
+def _agreed_device(store: Store, env: DistEnv) -> torch.device:
+    """The GPU this task takes after the node's tasks told each other which GPUs they see (by UUID)."""
+    view = [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
+    index = gpubind.agree(store, f"gpu/{socket.gethostname()}", env.local_rank, env.gpu_sharers, view)
+    if index is None:
+        raise ConfigError(
+            f"rank {env.rank} (local task {env.local_rank} of {env.gpu_sharers} on {socket.gethostname()}) sees "
+            f"{len(view)} GPU(s), and lower tasks of this node already took every one of them: two NCCL ranks "
+            "on one GPU hang or crash.", "request one GPU per task (--gpus-per-task=1, or --gpus-per-node equal "
+            "to --ntasks-per-node without --gpu-bind=closest / --accel-bind=g).")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeout: timedelta,
-                        environ: Mapping[str, str]) -> str:
-    """init_process_group on this run's part of the store; returns that part's prefix."""
+                        environ: Mapping[str, str], agree: bool = False) -> tuple[str, torch.device]:
+    """init_process_group on this run's part of the store; returns that part's prefix and the device
+    (agreed with the node's other tasks first when `agree`)."""
     try:
         store, prefix = _store(env, timeout)
+        if agree:
+            device = _agreed_device(store, env)
         dist.init_process_group(
             backend=backend, store=store, rank=env.rank, world_size=env.world_size,
             timeout=timeout, device_id=device if device.type == "cuda" else None,
         )
     except (RuntimeError, OSError, TimeoutError, ValueError) as exc:
         raise _unreachable(env, timeout, environ, exc) from exc
-    return prefix
+    return prefix, device
 
 
 def _store(env: DistEnv, timeout: timedelta) -> tuple[Store, str]:

@@ -10,9 +10,20 @@ lower local task took; a task left without one is an error, never a shared GPU. 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from torchslurm.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class KeyValueStore(Protocol):
+    """What `agree` needs of a torch.distributed store."""
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
 
 _KINDS = ("map_gpu:", "mask_gpu:")
 
@@ -27,7 +38,7 @@ def bind_list(environ: Mapping[str, str]) -> tuple[str, str] | None:
     return None
 
 
-def gpu_sets(spec: str, tasks: int) -> list[frozenset[int]]:
+def gpu_sets(spec: str, tasks: int) -> list[tuple[int, ...]]:
     """The GPU ids each of a node's `tasks` local tasks is bound to by `spec` (`map_gpu:…` or `mask_gpu:…`)."""
     kind, _, listed = spec.partition(":")
     entries: list[frozenset[int]] = []
@@ -36,7 +47,7 @@ def gpu_sets(spec: str, tasks: int) -> list[frozenset[int]]:
         ids = _mask_ids(text) if kind == "mask_gpu" else frozenset({int(text, 16 if text.lower().startswith("0x")
                                                                      else 10)})
         entries += [ids] * (int(times) if times else 1)
-    return [entries[task % len(entries)] for task in range(tasks)]
+    return [tuple(sorted(entries[task % len(entries)])) for task in range(tasks)]
 
 
 def _mask_ids(text: str) -> frozenset[int]:
@@ -44,15 +55,27 @@ def _mask_ids(text: str) -> frozenset[int]:
     return frozenset(i for i in range(bits.bit_length()) if bits >> i & 1)
 
 
-def assign(sets: list[frozenset[int]]) -> list[int | None]:
-    """Each task's GPU: the lowest of its set that no lower task took (None: all of them were taken)."""
-    taken: set[int] = set()
-    chosen: list[int | None] = []
-    for ids in sets:
-        free = sorted(ids - taken)
+def assign(views: Sequence[Sequence[T]]) -> list[T | None]:
+    """Each task's GPU, in local task order: the first of its view that no lower task took (None: all of
+    them were taken)."""
+    taken: set[T] = set()
+    chosen: list[T | None] = []
+    for view in views:
+        free = [gpu for gpu in view if gpu not in taken]
         chosen.append(free[0] if free else None)
         taken.update(free[:1])
     return chosen
+
+
+def agree(store: KeyValueStore, key: str, local_task: int, local_tasks: int, view: Sequence[str]) -> int | None:
+    """Where the views of a node's tasks may overlap in ways no variable states (`--gpu-bind=closest`,
+    `--accel-bind=g`: the GPUs near each task's CPUs), the node's tasks tell each other their views
+    (GPU UUIDs) through the job's store and each takes its GPU by `assign`. The index among `view`,
+    or None when every GPU of it went to a lower task. `store.get` waits until the key is set."""
+    store.set(f"{key}/{local_task}", "\n".join(view))
+    views = [store.get(f"{key}/{task}").decode().split("\n") for task in range(local_tasks)]
+    gpu = assign(views)[local_task]
+    return None if gpu is None else list(view).index(gpu)
 
 
 def task_slot(environ: Mapping[str, str], local_task: int, tasks: int, visible: int) -> tuple[int, str] | None:
@@ -66,12 +89,12 @@ def task_slot(environ: Mapping[str, str], local_task: int, tasks: int, visible: 
         sets = gpu_sets(spec, tasks)
     except (ValueError, IndexError):
         return None
-    mine = sorted(sets[local_task])
+    mine = sets[local_task]
     if len(mine) != visible:
         return None
     gpu = assign(sets)[local_task]
     if gpu is None:
-        sharing = [task for task, ids in enumerate(sets) if ids & sets[local_task]]
+        sharing = [task for task, ids in enumerate(sets) if set(ids) & set(mine)]
         raise ConfigError(
             f"{setting} binds local task {local_task} to GPU(s) {','.join(map(str, mine))}, which local tasks "
             f"{', '.join(map(str, sharing))} of this node share: {tasks} tasks for {len(set().union(*sets))} GPU(s), "

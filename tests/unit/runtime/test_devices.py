@@ -198,3 +198,16 @@ def test_a_batch_shell_without_srun_cpus_per_task_says_what_its_steps_would_get(
     assert problem is not None and "SRUN_CPUS_PER_TASK is not set" in problem.message
     assert srun_cpus_unset({**shell, "SRUN_CPUS_PER_TASK": "4"}) is None
     assert srun_cpus_unset(CPU_TASK) is None and srun_cpus_unset({"SLURM_CPUS_PER_TASK": "4"}) is None
+
+
+def test_a_partial_view_without_a_per_task_request_is_provisional_and_agreed_at_init() -> None:
+    """`--gpu-bind=closest` on a node whose GPUs sit on two sockets: the task sees 2 of the step's 4 GPUs and
+    no variable says which tasks share them; the sandbox (no topology) shows every task all 4 instead."""
+    closest = {**STEP, "SLURM_LOCALID": "3", "SLURM_STEP_TASKS_PER_NODE": "4", "SLURMD_TRES_BIND": "gpu:closest",
+               "SLURM_GPUS_ON_NODE": "4", "CUDA_VISIBLE_DEVICES": "2,3"}
+    partial = choose_device(closest, 3, 4, 2)
+    assert (partial.index, partial.agree) == (1, True) and "other tasks may share" in partial.reason
+    whole = choose_device({**closest, "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 3, 4, 4)
+    assert (whole.index, whole.agree) == (3, False)
+    own = choose_device({**closest, "SLURM_GPUS_PER_TASK": "2"}, 3, 4, 2)  # --gpus-per-task=2: its own two
+    assert (own.index, own.agree) == (0, False)

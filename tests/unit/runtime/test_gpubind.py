@@ -6,24 +6,25 @@ from __future__ import annotations
 import pytest
 
 from torchslurm.errors import ConfigError
-from torchslurm.runtime.gpubind import assign, bind_list, gpu_sets, task_slot
+from torchslurm.runtime.gpubind import agree, assign, bind_list, gpu_sets, task_slot
 
 
 @pytest.mark.parametrize(("spec", "tasks", "expected"), [
-    ("map_gpu:3,1", 2, [{3}, {1}]),
-    ("map_gpu:0x2,1", 3, [{2}, {1}, {2}]),               # reused past its end; hex with 0x
-    ("map_gpu:0*2,1*2", 4, [{0}, {0}, {1}, {1}]),        # entry*N
-    ("mask_gpu:0x3,0xc", 2, [{0, 1}, {2, 3}]),
-    ("mask_gpu:3,6", 2, [{0, 1}, {1, 2}]),                # masks are hex, with or without 0x
+    ("map_gpu:3,1", 2, [(3,), (1,)]),
+    ("map_gpu:0x2,1", 3, [(2,), (1,), (2,)]),             # reused past its end; hex with 0x
+    ("map_gpu:0*2,1*2", 4, [(0,), (0,), (1,), (1,)]),     # entry*N
+    ("mask_gpu:0x3,0xc", 2, [(0, 1), (2, 3)]),
+    ("mask_gpu:3,6", 2, [(0, 1), (1, 2)]),                 # masks are hex, with or without 0x
 ])
-def test_gpu_sets_follow_man_srun(spec: str, tasks: int, expected: list[set[int]]) -> None:
-    assert gpu_sets(spec, tasks) == [frozenset(s) for s in expected]
+def test_gpu_sets_follow_man_srun(spec: str, tasks: int, expected: list[tuple[int, ...]]) -> None:
+    assert gpu_sets(spec, tasks) == expected
 
 
 def test_each_task_takes_the_first_gpu_no_lower_task_took() -> None:
-    assert assign([frozenset({0, 1}), frozenset({0, 1}), frozenset({2, 3}), frozenset({2, 3})]) == [0, 1, 2, 3]
-    assert assign([frozenset({0, 1}), frozenset({1, 2})]) == [0, 1]
-    assert assign([frozenset({1}), frozenset({1})]) == [1, None]
+    assert assign([(0, 1), (0, 1), (2, 3), (2, 3)]) == [0, 1, 2, 3]
+    assert assign([(0, 1), (1, 2)]) == [0, 1]
+    assert assign([(1,), (1,)]) == [1, None]
+    assert assign([["GPU-b", "GPU-a"], ["GPU-b", "GPU-a"]]) == ["GPU-b", "GPU-a"]  # in each view's order
 
 
 def task(localid: int, visible: str, bind: str) -> dict[str, str]:
@@ -64,3 +65,26 @@ def test_bind_list_reads_either_variable() -> None:
     assert bind_list({"SLURM_GPU_BIND": "verbose,map_gpu:0,1"}) == ("SLURM_GPU_BIND=verbose,map_gpu:0,1",
                                                                     "map_gpu:0,1")
     assert bind_list({"SLURMD_TRES_BIND": "gpu:single:1"}) is None
+
+
+def test_tasks_with_views_no_variable_states_agree_through_a_real_store() -> None:
+    """`--gpu-bind=closest` with tasks spread over sockets cyclically (block:cyclic, srun's default): tasks 0
+    and 2 see the first socket's GPUs, 1 and 3 the second's. Each task's provisional index would be wrong for
+    some layout; agreeing through the job's TCPStore gives each one its own GPU, whatever the layout."""
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    views = [["GPU-a", "GPU-b"], ["GPU-c", "GPU-d"], ["GPU-a", "GPU-b"], ["GPU-c", "GPU-d"]]
+    server = TCPStore("127.0.0.1", 0, 5, is_master=True, timeout=timedelta(seconds=20), wait_for_workers=False)
+
+    def task(local: int) -> int | None:
+        client = TCPStore("127.0.0.1", server.port, 5, is_master=False, timeout=timedelta(seconds=20))
+        return agree(client, "gpu/node1", local, 4, views[local])
+
+    with ThreadPoolExecutor(4) as pool:
+        indexes = list(pool.map(task, [3, 2, 1, 0]))[::-1]  # the last task to arrive first
+    assert [views[t][i] for t, i in enumerate(indexes) if i is not None] == ["GPU-a", "GPU-c", "GPU-b", "GPU-d"]
+    crowded = ThreadPoolExecutor(2).map(lambda t: agree(server, "gpu/node2", t, 2, ["GPU-x"]), [0, 1])
+    assert list(crowded) == [0, None]  # the second task is left without a GPU: init() refuses it
