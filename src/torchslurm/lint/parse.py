@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 
 from torchslurm.jobs.sbatch import sbatch_split
-from torchslurm.lint.lines import commands_ending, logical_lines
+from torchslurm.lint.lines import Unclosed, commands_ending, read_lines
 from torchslurm.lint.options import (
     ACCELERATE_FLAGS,
     DEEPSPEED_FLAGS,
@@ -32,7 +32,16 @@ from torchslurm.lint.shell import PER_TASK_VARS, batch_marker, expand, raw_words
 
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 _LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
-                   "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed"}
+                   "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed",
+                   "multiproc": "multiproc", "apex.parallel.multiproc": "multiproc"}
+# launcher scripts run by python: gpt-neox's deepy.py (deepspeed's runner), NVIDIA's multiproc.py (a process per GPU)
+_LAUNCH_SCRIPTS = {"deepy.py": "deepy", "multiproc.py": "multiproc"}
+# `python -m MODULE` that sets up or inspects, never trains
+_TOOL_MODULES = frozenset({"pip", "venv", "ensurepip", "json.tool", "http.server", "site", "compileall", "py_compile",
+                           "timeit", "pytest", "torch.utils.collect_env"})
+# python's own options (`python -u -X faulthandler -m ...`): flags that may be grouped, and those taking a value
+_PYTHON_FLAGS_RE = re.compile(r"^-[bBdEiIOqsSuvR]+$")
+_PYTHON_VALUED = ("-X", "-W")
 # shell words that may come before a command on one line (`if ...; then srun ...`)
 _PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec", "}", ")"}
 
@@ -44,7 +53,9 @@ class Launch:
     line: int
     under_srun: bool
     srun_opts: dict[str, str]
-    launcher: str | None  # "torchrun", "torch.distributed.launch", "deepspeed", "accelerate" or None (plain python)
+    launcher: str | None
+    """"torchrun", "torch.distributed.launch", "deepspeed", "accelerate", "colossalai" (`colossalai run`), "deepy"
+    (gpt-neox's deepy.py), "multiproc" (NVIDIA's), or None: plain python (`python train.py`, `python -m pkg`)."""
     nproc_per_node: int | None
     python: str
     rdzv_endpoint: str | None = None
@@ -99,6 +110,11 @@ class Script:
     """The script's line of its first command: sbatch reads `#SBATCH` lines only above it."""
     commands: list[Command] = field(default_factory=list)
     """Every simple command, in every piece of shell code, in the order read."""
+    read: list[tuple[int, int]] = field(default_factory=list)
+    """The script's physical lines (first, last) that lint read, as commands or as heredoc text."""
+    unclosed: list[Unclosed] = field(default_factory=list)
+    """What runs to the end of a piece of shell code, by script line: a quote or expansion lint cannot see
+    close (nothing after it was read), or a heredoc with no delimiter line."""
 
 
 @dataclass
@@ -109,6 +125,8 @@ class _Shell:
     per_task: bool
     srun: dict[str, str] | None
     srun_words: list[str] = field(default_factory=list)
+    arrays: dict[str, list[str]] = field(default_factory=dict)
+    """Arrays set by `NAME=(...)`: their elements, expanded."""
 
     counts: dict[str, str] = field(default_factory=dict)
     """Slurm's counts fixed by the `#SBATCH` lines (SLURM_NNODES), for `$(( ))` only."""
@@ -123,14 +141,19 @@ class _Shell:
     def child(self, srun: dict[str, str] | None, srun_words: list[str]) -> _Shell:
         """`bash -c CODE` run by this shell; under srun, by each task (which inherits the variables)."""
         if srun is not None and self.srun is None:
-            return _Shell(dict(self.vars), True, srun, srun_words, self.counts)
+            return _Shell(dict(self.vars), True, srun, srun_words, dict(self.arrays), self.counts)
         return _Shell(dict(self.vars), self.per_task, srun if srun is not None else self.srun,
-                      srun_words or self.srun_words, self.counts)
+                      srun_words or self.srun_words, dict(self.arrays), self.counts)
+
+    def expand(self, word: str, split: bool = True) -> list[str]:
+        """The fields `word` becomes in this shell."""
+        return expand(word, self.lookup, split, self.arrays)
 
 
 _LAUNCHER_FLAGS: dict[str, AbstractSet[str]] = {
     "torchrun": LAUNCHER_FLAGS, "torch.distributed.launch": LAUNCHER_FLAGS,
-    "deepspeed": DEEPSPEED_FLAGS, "accelerate": ACCELERATE_FLAGS,
+    "deepspeed": DEEPSPEED_FLAGS, "accelerate": ACCELERATE_FLAGS, "colossalai": LAUNCHER_FLAGS,
+    "deepy": LAUNCHER_FLAGS, "multiproc": LAUNCHER_FLAGS,
 }
 
 
@@ -162,7 +185,12 @@ def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, heade
     """`shell`: the shell that runs this text (the batch shell, or each task's under `srun bash -c`)."""
     body: list[tuple[int, str]] = []
     script.bodies.append(body)
-    for number, line in logical_lines(text):
+    lines = read_lines(text)
+    if header:
+        script.read = lines.spans
+    if lines.unclosed is not None:
+        script.unclosed.append(replace(lines.unclosed, line=lines.unclosed.line + first_line - 1))
+    for number, line in lines.logical:
         number += first_line - 1
         body.append((number, line))
         stripped = line.strip()
@@ -220,8 +248,14 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
         raw = [w for w in raw[1:] if not w.startswith("-")]
     while raw and ASSIGN_RE.match(raw[0]):
         name, value = raw[0].split("=", 1)
+        if value.startswith("(") and value.endswith(")"):  # an array: `ARGS=(--nnodes 2)`, `ARGS+=(...)`
+            elements = [f for w in raw_words(value[1:-1]) for f in shell.expand(w)]
+            shell.arrays[name.rstrip("+")] = (shell.arrays.get(name[:-1], []) if name.endswith("+") else []) \
+                + elements
+            value = " ".join(shell.arrays[name.rstrip("+")])
+        else:
+            value = " ".join(shell.expand(value, split=False))
         name = name.rstrip("+")
-        value = " ".join(expand(value, shell.lookup, split=False))
         shell.vars[name] = value
         (script.exports if not shell.per_task else script.task_exports)[name] = (number, value)
         if exporting:
@@ -230,7 +264,7 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
     if exporting:
         script.exported.update(w for w in raw if ASSIGN_RE.match(w + "="))
         return
-    words = [f for w in raw for f in expand(w, shell.lookup)]
+    words = [f for w in raw for f in shell.expand(w)]
     launch = _parse_launch(number, words, script, shell, background)
     if launch is not None:
         script.launches.append(launch)
@@ -316,11 +350,10 @@ def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, 
         words = code[1][1:]
     if not words:
         return None
-    launcher, rest = _launcher(words)
-    if launcher is None and not _PYTHON_RE.match(PurePosixPath(words[0]).name):
+    started = _launcher(words)
+    if started is None:
         return None
-    if launcher is None and rest and rest[0].startswith("-") and rest[0] != "-u":
-        return None  # `python -c ...`, `python --version`: not training
+    launcher, rest = started
     opts_map = _launcher_args(rest, _LAUNCHER_FLAGS[launcher]) if launcher else {}
     nproc = _procs_per_node(launcher, opts_map)
     return Launch(number, srun is not None, srun or {}, launcher, nproc,
@@ -329,21 +362,43 @@ def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, 
                   launcher_opts=opts_map, per_task=shell.per_task, words=[*srun_words, *words], background=background)
 
 
-def _launcher(words: list[str]) -> tuple[str | None, list[str]]:
-    """Which launcher `words` start, and the words after its name."""
+def _launcher(words: list[str]) -> tuple[str | None, list[str]] | None:
+    """What `words` start: a launcher (its name, and the words after it), plain python training (None and its
+    arguments: `python train.py`, `python -m pkg.train`), or None when they start no training."""
     name, rest = PurePosixPath(words[0]).name, words[1:]
-    if name == "torchrun":
-        return "torchrun", rest
-    if name == "deepspeed":
-        return "deepspeed", rest
+    if name in ("torchrun", "deepspeed"):
+        return name, rest
     if name == "accelerate" and rest[:1] == ["launch"]:
         return "accelerate", rest[1:]
-    if _PYTHON_RE.match(name):
-        flags = [w for w in rest if re.fullmatch(r"-[uBOsSE]+", w)]  # `python -u -m torch.distributed.run`
-        after = rest[len(flags):] if rest[:len(flags)] == flags else rest
-        if len(after) >= 2 and after[0] == "-m" and after[1] in _LAUNCH_MODULES:
-            return _LAUNCH_MODULES[after[1]], after[2:]
-    return None, rest
+    if name == "colossalai" and rest[:1] == ["run"]:
+        return "colossalai", rest[1:]
+    if not _PYTHON_RE.match(name):
+        return None
+    after = _after_python_options(rest)
+    if len(after) >= 2 and after[0] == "-m":  # `python -u -m torch.distributed.run`, `python -m pkg.train`
+        module = after[1]
+        if module in _LAUNCH_MODULES:
+            return _LAUNCH_MODULES[module], after[2:]
+        return None if module.split(".")[0] in _TOOL_MODULES or module in _TOOL_MODULES else (None, after[2:])
+    if not after or after[0].startswith("-"):
+        return None  # `python -c ...`, `python --version`, an interactive python: not training
+    script = PurePosixPath(after[0]).name
+    return (_LAUNCH_SCRIPTS[script], after[1:]) if script in _LAUNCH_SCRIPTS else (None, after)
+
+
+def _after_python_options(args: list[str]) -> list[str]:
+    """python's arguments after its own options (`-u`, `-OO`, `-X faulthandler`, `-W ignore`)."""
+    i = 0
+    while i < len(args):
+        if _PYTHON_FLAGS_RE.match(args[i]):
+            i += 1
+        elif args[i] in _PYTHON_VALUED:
+            i += 2
+        elif args[i].startswith(_PYTHON_VALUED):  # `-Xfaulthandler`
+            i += 1
+        else:
+            break
+    return args[i:]
 
 
 def _procs_per_node(launcher: str | None, opts: dict[str, str]) -> int | None:
