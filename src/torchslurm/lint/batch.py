@@ -98,12 +98,32 @@ def signal_kills_torchrun(x: Facts) -> Iterator[Flag]:
     for ln in x.script.launches:
         forwarded = (ln.signals_to_handle is not None and name.removeprefix("B:") in ln.signals_to_handle) \
             or name.removeprefix("SIG") in ln.ignored
-        if ln.launcher == "torchrun" and not name.startswith("B:") and not forwarded \
+        if ln.launcher == "torchrun" and ln.under_srun and not name.startswith("B:") and not forwarded \
                 and name.removeprefix("SIG") in _SIGNALS_DEFAULT_KILL:
             yield Flag("warning", f"--signal={sig} also reaches the torchrun agent, which does not handle it and dies "
                        "(the default action), taking its workers down.",
                        f"run the agent as bash -c 'trap \"\" {name.removeprefix('SIG')}; exec \"$@\"' _ torchrun ... "
                        "(workers still get the signal from Slurm).", ln.line)
+
+
+@rule("signal-no-step", ("error",),
+      "`--signal` without `B:` while the training runs in the batch shell (no srun): Slurm signals only job steps, "
+      "so the program never gets it.")
+def signal_no_step(x: Facts) -> Iterator[Flag]:
+    """Without `B:`, Slurm sends --signal to the tasks of the job's steps (sbatch(1)), not to the batch script
+    or what it runs itself."""
+    signal = _signal(x)
+    launches = x.script.launches
+    if signal is None or signal[1].startswith("B:") or not launches or any(ln.under_srun for ln in launches):
+        return
+    sig, name = signal
+    ln, bare = launches[0], name.removeprefix("SIG")
+    yield Flag("error", f"--signal={sig} is sent only to job steps (what srun starts), but `{ln.python} ...` runs "
+               "in the batch shell, which is not one: the program never gets the signal, so it never checkpoints or "
+               "requeues before the time limit.",
+               f"srun {ln.python} ... (a step gets the signal); or --signal=B:{name}@{sig.partition('@')[2]} with a "
+               f"trap in the batch shell that passes it on: `{ln.python} ... & pid=$!; trap \"kill -{bare} $pid\" "
+               f"{bare}; wait $pid`.", ln.line)
 
 
 @rule("signal-without-requeue", ("warning",), "`--signal` without `--requeue`: the job cannot be put back in the "
@@ -126,10 +146,10 @@ def export_none_bare_python(x: Facts) -> Iterator[Flag]:
                        f"use an absolute path (e.g. /path/to/venv/bin/{ln.python}) or srun --export=ALL.", ln.line)
 
 
-@rule("batch-shell-rank", ("error",),
+@rule("batch-shell-rank", ("error", "warning"),
       "a per-task variable expanded once by the batch shell where it matters: `srun python train.py "
-      "--rank=$SLURM_PROCID`, or `export RANK=$SLURM_PROCID` before srun. A variable never used, or a rank a c10d "
-      "rendezvous ignores, is not reported.")
+      "--rank=$SLURM_PROCID` (error), or `export RANK=$SLURM_PROCID` before srun (warning: an error when a launch "
+      "line passes it on). A variable never used, or a rank a c10d rendezvous ignores, is not reported.")
 def batch_shell_rank(x: Facts) -> Iterator[Flag]:
     s = x.script
     yield from _exported_ranks(s)
@@ -143,10 +163,23 @@ def _exported_ranks(s: Script) -> Iterator[Flag]:
         return
     for key, (line, value) in s.exports.items():
         name = batch_expanded(value)
-        if name and key in _RANK_ENV and key in s.exported:
-            yield Flag("error", f"{key}={shown(value)} is evaluated once in the batch shell, where {name} is 0; every "
-                       "rank gets the same value.", f"remove it: each task sets {key} from its own SLURM_* variables "
-                       "(torchslurm.init() reads them).", line)
+        if not (name and key in _RANK_ENV and key in s.exported):
+            continue
+        hint = f"remove it: each task sets {key} from its own SLURM_* variables (torchslurm.init() reads them)."
+        if _passed_on(s, key):
+            yield Flag("error", f"{key}={shown(value)} is evaluated once in the batch shell, where {name} is 0, and a "
+                       "launch line passes it on: every rank gets the same value.", hint, line)
+        else:  # torch's env:// reads RANK, LOCAL_RANK; many programs read their own variables instead
+            yield Flag("warning", f"{key}={shown(value)} is evaluated once in the batch shell, where {name} is 0, and "
+                       f"every task inherits it: a program that reads {key} (torch's env:// rendezvous does) gets the "
+                       "same rank everywhere.", hint, line)
+
+
+def _passed_on(s: Script, key: str) -> bool:
+    """A launch line hands `$key` to the launcher or the program (`--node_rank=$RANK`, `--rank $RANK`)."""
+    lines = {ln.line for ln in s.launches}
+    used = re.compile(r"\$\{?" + key + r"\b")
+    return any(c.line in lines and used.search(" ".join(c.words[1:])) for c in s.commands)
 
 
 def _launch_words(s: Script) -> Iterator[Flag]:

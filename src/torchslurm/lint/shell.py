@@ -18,6 +18,9 @@ from collections.abc import Callable, Mapping
 PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID"})
 """Set by srun in each task; the batch shell has them too, as 0 (it is task 0 of the batch step)."""
 
+ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=")
+"""`NAME=` or `NAME+=` at the start of a word: an assignment."""
+
 _MARK = "\x00"
 _MARKER_RE = re.compile(f"{_MARK}([A-Z_]+){_MARK}")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
