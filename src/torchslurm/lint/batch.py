@@ -75,18 +75,29 @@ def _signal(x: Facts) -> tuple[str, str] | None:
     return None if sig is None else (sig, sig.split("@")[0])
 
 
-@rule("signal-unreachable", ("error",), "`--signal=B:...` that never reaches the ranks (no trap in the batch shell).")
+@rule("signal-unreachable", ("error",),
+      "`--signal` that never reaches the program: `B:...` with no trap in the batch shell, or no `B:` while it "
+      "runs in the batch shell (no srun: Slurm signals only job steps).")
 def signal_unreachable(x: Facts) -> Iterator[Flag]:
     signal = _signal(x)
-    if signal is None:
+    if signal is None or not x.script.launches:
         return
     sig, name = signal
     traps = [c.text for c in x.script.commands if c.words[:1] == ["trap"]]
     trapped = any(name.removeprefix("B:").removeprefix("SIG") in t for t in traps)
-    if name.startswith("B:") and not trapped and x.script.launches:
+    if name.startswith("B:") and not trapped:
         yield Flag("error", f"--signal={sig}: `B:` sends the signal only to the batch shell, which has no trap; the "
                    "Python ranks never see it.", f"--signal={name.removeprefix('B:')}@{sig.partition('@')[2]} "
                    "(without B:) reaches the tasks of every job step.")
+    elif not name.startswith("B:") and not any(ln.under_srun for ln in x.script.launches):
+        # without B:, Slurm signals the tasks of the job's steps (sbatch(1)), not the batch script or its children
+        ln, bare = x.script.launches[0], name.removeprefix("SIG")
+        yield Flag("error", f"--signal={sig} is sent only to job steps (what srun starts), but `{ln.python} ...` "
+                   "runs in the batch shell, which is not one: the program never gets the signal, so it never "
+                   "checkpoints or requeues before the time limit.",
+                   f"srun {ln.python} ... (a step gets the signal); or --signal=B:{name}@{sig.partition('@')[2]} with "
+                   f"a trap in the batch shell that passes it on: `{ln.python} ... & pid=$!; trap \"kill -{bare} "
+                   f"$pid\" {bare}; wait $pid`.", ln.line)
 
 
 @rule("signal-kills-torchrun", ("warning",), "`--signal` that kills the torchrun agent, which does not handle it.")
@@ -104,26 +115,6 @@ def signal_kills_torchrun(x: Facts) -> Iterator[Flag]:
                        "(the default action), taking its workers down.",
                        f"run the agent as bash -c 'trap \"\" {name.removeprefix('SIG')}; exec \"$@\"' _ torchrun ... "
                        "(workers still get the signal from Slurm).", ln.line)
-
-
-@rule("signal-no-step", ("error",),
-      "`--signal` without `B:` while the training runs in the batch shell (no srun): Slurm signals only job steps, "
-      "so the program never gets it.")
-def signal_no_step(x: Facts) -> Iterator[Flag]:
-    """Without `B:`, Slurm sends --signal to the tasks of the job's steps (sbatch(1)), not to the batch script
-    or what it runs itself."""
-    signal = _signal(x)
-    launches = x.script.launches
-    if signal is None or signal[1].startswith("B:") or not launches or any(ln.under_srun for ln in launches):
-        return
-    sig, name = signal
-    ln, bare = launches[0], name.removeprefix("SIG")
-    yield Flag("error", f"--signal={sig} is sent only to job steps (what srun starts), but `{ln.python} ...` runs "
-               "in the batch shell, which is not one: the program never gets the signal, so it never checkpoints or "
-               "requeues before the time limit.",
-               f"srun {ln.python} ... (a step gets the signal); or --signal=B:{name}@{sig.partition('@')[2]} with a "
-               f"trap in the batch shell that passes it on: `{ln.python} ... & pid=$!; trap \"kill -{bare} $pid\" "
-               f"{bare}; wait $pid`.", ln.line)
 
 
 @rule("signal-without-requeue", ("warning",), "`--signal` without `--requeue`: the job cannot be put back in the "

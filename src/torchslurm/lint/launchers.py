@@ -87,15 +87,15 @@ _SSH_LAUNCHERS = {"deepspeed": "deepspeed", "deepy": "gpt-neox's deepy.py", "col
 
 @rule("ssh-launcher-under-srun", ("error",),
       "srun starts deepspeed, gpt-neox's `deepy.py` or `colossalai run` in several tasks: each one starts the whole "
-      "job over ssh/pdsh from its hostfile, or trains alone on its node.", supersedes=("launcher-per-task",))
+      "job over ssh/pdsh from its hostfile, or trains alone on its node.")
 def ssh_launcher_under_srun(x: Facts) -> Iterator[Flag]:
     for ln in x.script.launches:
         if ln.launcher not in _SSH_LAUNCHERS or not ln.under_srun or "no-ssh" in ln.launcher_opts:
             continue
         nodes, per_node = step_nodes(ln, x.allocation.nodes), step_tasks_per_node(ln, x.allocation.nodes)
         tasks = leading_int(ln.srun_opts.get("ntasks")) or nodes * (per_node or x.allocation.tasks)
-        if tasks < 2 or (not ln.reaches_other_nodes and nodes < 2):
-            continue  # one copy; a local colossalai per node with several tasks is launcher-per-task's
+        if tasks < 2 or (per_node or x.allocation.tasks) > 1 or (not ln.reaches_other_nodes and nodes < 2):
+            continue  # one copy; several per node: launcher-per-task says it first
         name = _SSH_LAUNCHERS[ln.launcher or ""]
         why = (f"each one starts the whole job on every node of its hostfile (over pdsh/ssh), so the ranks are "
                f"started {tasks} times" if ln.reaches_other_nodes else

@@ -27,6 +27,11 @@ from torchslurm.lint.shell import ASSIGN_RE, PER_TASK_VARS, batch_marker, expand
 _PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec", "}", ")"}
 
 
+TORCHRUN_LIKE = frozenset({"torchrun", "torch.distributed.launch", "multiproc"})
+"""Launchers with torchrun's rendezvous options (--nnodes, --node-rank, --master-addr): NVIDIA's multiproc.py is a
+copy of torch.distributed.launch."""
+
+
 @dataclass
 class Launch:
     """One line that starts training: under srun or not, through a launcher or plain python."""
