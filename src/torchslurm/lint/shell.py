@@ -159,8 +159,8 @@ def raw_words(text: str) -> list[str]:
         if ch == "\\":
             i += 2
             continue
-        end = opaque_end(text, i)
-        i = end if end is not None else i + 1
+        opaque = opaque_end(text, i)
+        i = opaque if opaque is not None else i + 1
     if start is not None:
         words.append(text[start:])
     return words

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from torchslurm.jobs.findings import Severity
 from torchslurm.jobs.sbatch import sbatch_split
 from torchslurm.lint.options import SBATCH, SHORT, parse_options
-from torchslurm.lint.parse import ASSIGN_RE, DECLARE, Script
+from torchslurm.lint.parse import DECLARE, Script
 from torchslurm.lint.rule import Facts, Flag, rule
+from torchslurm.lint.shell import ASSIGN_RE
 
 __all__: list[str] = []
 
@@ -121,5 +122,5 @@ def unread_lines(x: Facts) -> Iterator[Flag]:
             rest = f"lines {u.line}-{last} were" if last > u.line else f"line {u.line} was"
             yield Flag("warning", f"line {u.line} could not be read: the `{u.opener}` that opens there never closes "
                        f"as lint reads it, so {rest} not checked.",
-                       "check the line with `bash -n SCRIPT`; if bash reads it, write the value more plainly (set it in "
-                       "a variable first) so that lint can check the rest.")
+                       "check the line with `bash -n SCRIPT`; if bash reads it, write the value more plainly (set it "
+                       "in a variable first) so that lint can check the rest.")
