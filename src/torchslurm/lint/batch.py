@@ -75,18 +75,29 @@ def _signal(x: Facts) -> tuple[str, str] | None:
     return None if sig is None else (sig, sig.split("@")[0])
 
 
-@rule("signal-unreachable", ("error",), "`--signal=B:...` that never reaches the ranks (no trap in the batch shell).")
+@rule("signal-unreachable", ("error",),
+      "`--signal` that never reaches the program: `B:...` with no trap in the batch shell, or no `B:` while it "
+      "runs in the batch shell (no srun: Slurm signals only job steps).")
 def signal_unreachable(x: Facts) -> Iterator[Flag]:
     signal = _signal(x)
-    if signal is None:
+    if signal is None or not x.script.launches:
         return
     sig, name = signal
     traps = [c.text for c in x.script.commands if c.words[:1] == ["trap"]]
     trapped = any(name.removeprefix("B:").removeprefix("SIG") in t for t in traps)
-    if name.startswith("B:") and not trapped and x.script.launches:
+    if name.startswith("B:") and not trapped:
         yield Flag("error", f"--signal={sig}: `B:` sends the signal only to the batch shell, which has no trap; the "
                    "Python ranks never see it.", f"--signal={name.removeprefix('B:')}@{sig.partition('@')[2]} "
                    "(without B:) reaches the tasks of every job step.")
+    elif not name.startswith("B:") and not any(ln.under_srun for ln in x.script.launches):
+        # without B:, Slurm signals the tasks of the job's steps (sbatch(1)), not the batch script or its children
+        ln, bare = x.script.launches[0], name.removeprefix("SIG")
+        yield Flag("error", f"--signal={sig} is sent only to job steps (what srun starts), but `{ln.python} ...` "
+                   "runs in the batch shell, which is not one: the program never gets the signal, so it never "
+                   "checkpoints or requeues before the time limit.",
+                   f"srun {ln.python} ... (a step gets the signal); or --signal=B:{name}@{sig.partition('@')[2]} with "
+                   f"a trap in the batch shell that passes it on: `{ln.python} ... & pid=$!; trap \"kill -{bare} "
+                   f"$pid\" {bare}; wait $pid`.", ln.line)
 
 
 @rule("signal-kills-torchrun", ("warning",), "`--signal` that kills the torchrun agent, which does not handle it.")
@@ -98,7 +109,7 @@ def signal_kills_torchrun(x: Facts) -> Iterator[Flag]:
     for ln in x.script.launches:
         forwarded = (ln.signals_to_handle is not None and name.removeprefix("B:") in ln.signals_to_handle) \
             or name.removeprefix("SIG") in ln.ignored
-        if ln.launcher == "torchrun" and not name.startswith("B:") and not forwarded \
+        if ln.launcher == "torchrun" and ln.under_srun and not name.startswith("B:") and not forwarded \
                 and name.removeprefix("SIG") in _SIGNALS_DEFAULT_KILL:
             yield Flag("warning", f"--signal={sig} also reaches the torchrun agent, which does not handle it and dies "
                        "(the default action), taking its workers down.",
@@ -126,10 +137,10 @@ def export_none_bare_python(x: Facts) -> Iterator[Flag]:
                        f"use an absolute path (e.g. /path/to/venv/bin/{ln.python}) or srun --export=ALL.", ln.line)
 
 
-@rule("batch-shell-rank", ("error",),
+@rule("batch-shell-rank", ("error", "warning"),
       "a per-task variable expanded once by the batch shell where it matters: `srun python train.py "
-      "--rank=$SLURM_PROCID`, or `export RANK=$SLURM_PROCID` before srun. A variable never used, or a rank a c10d "
-      "rendezvous ignores, is not reported.")
+      "--rank=$SLURM_PROCID` (error), or `export RANK=$SLURM_PROCID` before srun (warning: an error when a launch "
+      "line passes it on). A variable never used, or a rank a c10d rendezvous ignores, is not reported.")
 def batch_shell_rank(x: Facts) -> Iterator[Flag]:
     s = x.script
     yield from _exported_ranks(s)
@@ -143,10 +154,23 @@ def _exported_ranks(s: Script) -> Iterator[Flag]:
         return
     for key, (line, value) in s.exports.items():
         name = batch_expanded(value)
-        if name and key in _RANK_ENV and key in s.exported:
-            yield Flag("error", f"{key}={shown(value)} is evaluated once in the batch shell, where {name} is 0; every "
-                       "rank gets the same value.", f"remove it: each task sets {key} from its own SLURM_* variables "
-                       "(torchslurm.init() reads them).", line)
+        if not (name and key in _RANK_ENV and key in s.exported):
+            continue
+        hint = f"remove it: each task sets {key} from its own SLURM_* variables (torchslurm.init() reads them)."
+        if _passed_on(s, key):
+            yield Flag("error", f"{key}={shown(value)} is evaluated once in the batch shell, where {name} is 0, and a "
+                       "launch line passes it on: every rank gets the same value.", hint, line)
+        else:  # torch's env:// reads RANK, LOCAL_RANK; many programs read their own variables instead
+            yield Flag("warning", f"{key}={shown(value)} is evaluated once in the batch shell, where {name} is 0, and "
+                       f"every task inherits it: a program that reads {key} (torch's env:// rendezvous does) gets the "
+                       "same rank everywhere.", hint, line)
+
+
+def _passed_on(s: Script, key: str) -> bool:
+    """A launch line hands `$key` to the launcher or the program (`--node_rank=$RANK`, `--rank $RANK`)."""
+    lines = {ln.line for ln in s.launches}
+    used = re.compile(r"\$\{?" + key + r"\b")
+    return any(c.line in lines and used.search(" ".join(c.words[1:])) for c in s.commands)
 
 
 def _launch_words(s: Script) -> Iterator[Flag]:

@@ -40,12 +40,12 @@ def python_without_srun(x: Facts) -> Iterator[Flag]:
 
 
 @rule("launcher-without-srun", ("error",),
-      "torchrun/accelerate without srun on a multi-node job: runs on the first node only (deepspeed is exempt: it "
-      "reaches the nodes itself over ssh/pdsh).")
+      "torchrun/accelerate without srun on a multi-node job: runs on the first node only (deepspeed, gpt-neox's "
+      "deepy.py and `colossalai run --hostfile` are exempt: they reach the nodes themselves over ssh/pdsh).")
 def launcher_without_srun(x: Facts) -> Iterator[Flag]:
     nodes = x.allocation.nodes
     for ln in x.script.launches:
-        if ln.launcher not in (None, "deepspeed") and not ln.under_srun and nodes > 1:  # deepspeed: pdsh/ssh
+        if ln.launcher is not None and not ln.reaches_other_nodes and not ln.under_srun and nodes > 1:
             yield Flag("error", f"{ln.launcher} runs only on the first of {nodes} nodes without srun.",
                        "srun --ntasks-per-node=1 torchrun ... (one launcher per node).", ln.line)
 
@@ -121,3 +121,21 @@ def no_kill_on_bad_exit(x: Facts) -> Iterator[Flag]:
                        "collectives until the group timeout (torch's default: 30 min) and the job holds its nodes "
                        "meanwhile.", "srun --kill-on-bad-exit=1 ... (unless the cluster sets KillOnBadExit=1).",
                        ln.line)
+
+
+@rule("srun-cpus-per-task", ("warning",),
+      "`#SBATCH --cpus-per-task=N` (N > 1) and `srun` without `-c` or `SRUN_CPUS_PER_TASK`: since Slurm 22.05 srun "
+      "no longer inherits it, so each task gets one CPU.")
+def srun_cpus_per_task(x: Facts) -> Iterator[Flag]:
+    """Slurm 22.05 stopped passing the job's --cpus-per-task on to srun (its release notes; srun reads
+    SRUN_CPUS_PER_TASK instead): data loader workers then share one CPU."""
+    cpus = leading_int(x.script.directives.get("cpus-per-task"))
+    if cpus is None or cpus < 2 or "SRUN_CPUS_PER_TASK" in x.script.exported:
+        return
+    for ln in x.script.launches:
+        if ln.under_srun and "cpus-per-task" not in ln.srun_opts and "SRUN_CPUS_PER_TASK" not in ln.env:
+            yield Flag("warning", f"#SBATCH --cpus-per-task={cpus}, but this srun does not pass it on: since Slurm "
+                       "22.05 srun no longer inherits --cpus-per-task, so each task runs on 1 CPU and data loading "
+                       "crawls (older Slurm inherits it).",
+                       "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun, or srun -c "
+                       "$SLURM_CPUS_PER_TASK ...", ln.line)

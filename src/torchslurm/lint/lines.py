@@ -4,23 +4,33 @@ joined, quoted strings spanning lines kept whole) and the simple commands of a l
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from torchslurm.lint.shell import opaque_end
+from torchslurm.lint.shell import array_scan, scan
 
 _WORD_BREAK = " \t\n;&|()<>"
 
 
+OPEN = "<<open"
+"""The item `_syntax` ends with when a quote or expansion never closes: at its opening index."""
+NO_END = "<<noend"
+"""The item `_syntax` gives, at its `<<`, for a heredoc whose delimiter line never comes."""
+
+
 def _syntax(text: str) -> Iterator[tuple[int, str]]:
     """Index and character of what bash reads as syntax: outside quotes (also `$'...'`), escapes,
-    comments and heredoc bodies.
+    comments, array assignments and heredoc bodies.
 
     An unquoted backslash-newline (a line continuation) comes out as one item, both characters.
-    A heredoc body comes out as one item, `<<body`, at the newline that ends its delimiter line.
+    A heredoc body comes out as one item, `<<body`, at the newline that ends its delimiter line; one that
+    runs to the end of the text first gives `NO_END` at its `<<`. A quote or expansion that never closes
+    ends the items with `OPEN` at its opening index.
     """
-    i, quote, word_start = 0, "", True
-    heredocs: list[tuple[str, bool]] = []  # (delimiter, strip leading tabs): bodies after this line
+    i, quote, quote_at, word_start = 0, "", 0, True
+    heredocs: list[tuple[str, bool, int]] = []  # (delimiter, strip leading tabs, index): bodies after this line
     while i < len(text):
         ch = text[i]
         if quote == "'":
@@ -31,33 +41,47 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
             elif ch == quote[-1]:
                 quote = ""
             elif quote == '"' and (ch == "`" or text.startswith(("$(", "${"), i)):
-                i = (opaque_end(text, i) or i + 1) - 1  # "$(cmd "$x" | head)": the inner quotes are its own
+                end, closed = scan(text, i)  # "$(cmd "$x" | head)": the inner quotes are its own
+                if not closed:
+                    yield i, OPEN
+                    return
+                i = end - 1
         elif ch == "\\":
             if text[i + 1:i + 2] == "\n":
                 yield i, "\\\n"
             i += 1
         elif ch in "'\"":
-            quote = ch
-        elif ch == "`" or text.startswith(("$(", "${"), i):  # run at run time: one piece of a word
-            i = (opaque_end(text, i) or i + 1) - 1
+            quote, quote_at = ch, i
+        elif ch == "`" or text.startswith(("$(", "${"), i) or (word_start and array_scan(text, i)):
+            end, closed = array_scan(text, i) or scan(text, i)  # run at run time, or `A=(...)`: one piece
+            if not closed:
+                yield i, OPEN
+                return
+            i = end - 1
         elif ch == "$" and text[i + 1:i + 2] == "'":
-            quote, i = "$'", i + 1
+            quote, quote_at, i = "$'", i, i + 1
         elif ch == "#" and word_start:  # a comment: up to the newline, which is syntax again
             end = text.find("\n", i)
             i = len(text) if end < 0 else end
             continue
         elif ch == "\n" and heredocs:
             yield i, ch
-            for delimiter, strip_tabs in heredocs:
-                i = _heredoc_end(text, i + 1, delimiter, strip_tabs)
+            for delimiter, strip_tabs, at in heredocs:
+                i, found = _heredoc_end(text, i + 1, delimiter, strip_tabs)
+                if not found:
+                    yield at, NO_END
                 yield i, "<<body"
             heredocs = []
         else:
             if _heredoc_starts(text, i):
-                heredocs.append(_heredoc_delimiter(text, i + 2))
+                heredocs.append((*_heredoc_delimiter(text, i + 2), i))
             yield i, ch
         word_start = not quote and ch in _WORD_BREAK
         i += 1
+    if quote:
+        yield quote_at, OPEN
+    for _, _, at in heredocs:  # `cat <<EOF` on the last line, no newline after it
+        yield at, NO_END
 
 
 def _heredoc_starts(text: str, i: int) -> bool:
@@ -76,41 +100,96 @@ def _heredoc_delimiter(text: str, i: int) -> tuple[str, bool]:
     return re.sub(r"""\\(.)|['"]""", r"\1", word.group(0) if word else ""), strip_tabs
 
 
-def _heredoc_end(text: str, start: int, delimiter: str, strip_tabs: bool) -> int:
-    """Index of the newline that ends a heredoc body starting at `start` (its delimiter line)."""
+def _heredoc_end(text: str, start: int, delimiter: str, strip_tabs: bool) -> tuple[int, bool]:
+    """Index of the newline that ends a heredoc body starting at `start` (its delimiter line), and whether
+    the delimiter line was found (else the body runs to the end of the text)."""
     while start < len(text):
         end = text.find("\n", start)
         end = len(text) if end < 0 else end
         line = text[start:end]
         if (line.lstrip("\t") if strip_tabs else line) == delimiter:
-            return end
+            return end, True
         start = end + 1
-    return len(text)  # bash: "here-document delimited by end-of-file"
+    return len(text), False  # bash: "here-document delimited by end-of-file"
 
 
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """Commands as bash reads them, numbered by their first physical line.
+@dataclass(frozen=True)
+class Unclosed:
+    """Something that runs to the end of the text: bash reads no command after it."""
 
-    A line continuation outside quotes is removed (bash's own rule); a quoted string spanning
-    lines (`srun bash -c '...'`) stays one logical line, its text kept as written.
+    line: int
+    """The physical line where it opens."""
+    opener: str
+    """As written: `'`, `"`, `$(`, `${`, a backtick, `NAME=(`, or a heredoc's `<<EOF`."""
+    heredoc: bool
+    """A heredoc with no delimiter line: bash reads the rest as its text (else lint cannot tell where the
+    quote or expansion ends, and bash likely cannot either)."""
+
+
+@dataclass(frozen=True)
+class Lines:
+    """A text read as bash reads it, before any word is looked at."""
+
+    logical: list[tuple[int, str]]
+    """Commands as bash reads them (logical lines), numbered by their first physical line."""
+    spans: list[tuple[int, int]]
+    """The physical lines (first, last) each logical line covers, its heredoc bodies included."""
+    unclosed: Unclosed | None
+    """A quote or expansion that never closes (what follows it is not read), or a heredoc with no end."""
+
+
+def read_lines(text: str) -> Lines:
+    """`text` as logical lines: a line continuation outside quotes is removed (bash's own rule); a quoted
+    string spanning lines (`srun bash -c '...'`) stays one logical line, its text kept as written.
+
+    A quote or expansion that never closes ends the reading at the physical line where it opens: the
+    logical line is cut there, and `unclosed` says where.
     """
     out: list[tuple[int, str]] = []
-    start, line, pieces = 0, 1, []
+    spans: list[tuple[int, int]] = []
+    start, line, pieces, unclosed = 0, 1, [], None
+    line_at = _line_of(text)
     for i, item in _syntax(text):
         if item == "\\\n":
             pieces.append(text[start:i])
             start = i + 2
         elif item == "\n":
             out.append((line, "".join(pieces) + text[start:i]))
-            line = text.count("\n", 0, i + 1) + 1
+            spans.append((line, line_at(i)))
+            line = line_at(i) + 1
             start, pieces = i + 1, []
         elif item == "<<body":  # data, not commands
-            line = text.count("\n", 0, i + 1) + 1
+            spans[-1] = (spans[-1][0], line_at(i))
+            line = line_at(i) + 1
             start = i + 1
+        elif item in (OPEN, NO_END):
+            opener = text[i:i + 2] if text[i] == "$" else text[i]
+            if item == NO_END:
+                opener = "<<" + _heredoc_delimiter(text, i + 2)[0]
+            elif array_scan(text, i):
+                opener = text[i:text.index("(", i) + 1]
+            unclosed = Unclosed(line_at(i), opener, item == NO_END)
+            if item == OPEN:  # nothing after the opener can be read
+                out.append((line, "".join(pieces) + text[start:i]))
+                spans.append((line, line_at(i)))
+                return Lines(out, spans, unclosed)
     rest = "".join(pieces) + text[start:]
     if rest:
         out.append((line, rest))
-    return out
+        spans.append((line, line_at(len(text) - 1)))
+    return Lines(out, spans, unclosed)
+
+
+def _line_of(text: str) -> Callable[[int], int]:
+    """The physical line (from 1) of an index of `text` (its end: the last line)."""
+    newlines = [i for i, ch in enumerate(text) if ch == "\n"]
+    last = len(newlines) + (not text.endswith("\n"))
+    return lambda i: min(bisect.bisect_left(newlines, i) + 1, max(last, 1))
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """Commands as bash reads them, numbered by their first physical line (read_lines)."""
+    return read_lines(text).logical
 
 
 def commands(line: str) -> list[str]:
@@ -127,6 +206,8 @@ def commands_ending(line: str) -> list[tuple[str, bool]]:
     parts: list[tuple[str, bool]] = []
     start = 0
     for i, ch in _syntax(line):
+        if len(ch) > 1:  # a continuation, a heredoc body, an unclosed quote: none splits commands
+            continue
         redirect = (i > 0 and line[i - 1] in "<>") or (ch == "&" and line[i + 1:i + 2] == ">")
         if ch in ";\n()" or (ch in "&|" and not redirect):
             background = ch == "&" and line[i + 1:i + 2] != "&" and line[i - 1:i] != "&"

@@ -7,34 +7,29 @@ continuation inside `srun bash -c "..."` stays part of the quoted string, and th
 run under that srun, with its options; heredoc bodies are data, and `$'...'` is a quote with
 backslash escapes. Options follow GNU getopt as sbatch and srun use it: an option that takes a value
 takes the next word whatever it looks like (`--nodes -1`), one that takes none never does, and a
-long option may be shortened to any unambiguous prefix (`--requeu`). torchrun's options end at the
-training script.
+long option may be shortened to any unambiguous prefix (`--requeu`). What a command runs (wrappers,
+launchers, python) is programs.py's. Arrays (`ARGS=(...)`) are followed into `"${ARGS[@]}"`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 
 from torchslurm.jobs.sbatch import sbatch_split
-from torchslurm.lint.lines import commands_ending, logical_lines
-from torchslurm.lint.options import (
-    ACCELERATE_FLAGS,
-    DEEPSPEED_FLAGS,
-    LAUNCHER_FLAGS,
-    SBATCH,
-    SRUN,
-    parse_options,
-)
-from torchslurm.lint.shell import PER_TASK_VARS, batch_marker, expand, raw_words
+from torchslurm.lint.lines import Unclosed, commands_ending, read_lines
+from torchslurm.lint.options import SBATCH, SRUN, parse_options
+from torchslurm.lint.programs import launcher_args, procs_per_node, started, unwrap
+from torchslurm.lint.shell import ASSIGN_RE, PER_TASK_VARS, batch_marker, expand, raw_words
 
-_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
-_LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
-                   "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed"}
 # shell words that may come before a command on one line (`if ...; then srun ...`)
 _PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec", "}", ")"}
+
+
+TORCHRUN_LIKE = frozenset({"torchrun", "torch.distributed.launch", "multiproc"})
+"""Launchers with torchrun's rendezvous options (--nnodes, --node-rank, --master-addr): NVIDIA's multiproc.py is a
+copy of torch.distributed.launch."""
 
 
 @dataclass
@@ -44,7 +39,9 @@ class Launch:
     line: int
     under_srun: bool
     srun_opts: dict[str, str]
-    launcher: str | None  # "torchrun", "torch.distributed.launch", "deepspeed", "accelerate" or None (plain python)
+    launcher: str | None
+    """"torchrun", "torch.distributed.launch", "deepspeed", "accelerate", "colossalai" (`colossalai run`), "deepy"
+    (gpt-neox's deepy.py), "multiproc" (NVIDIA's), or None: plain python (`python train.py`, `python -m pkg`)."""
     nproc_per_node: int | None
     python: str
     rdzv_endpoint: str | None = None
@@ -60,6 +57,16 @@ class Launch:
     (a per-task variable expanded by the batch shell is a `shell.batch_marker`)."""
     background: bool = False
     """Started with `&`: the script goes on while it runs (another step may overlap it)."""
+    env: set[str] = field(default_factory=set)
+    """Variables set for this command alone (`SRUN_CPUS_PER_TASK=8 srun ...`)."""
+
+    @property
+    def reaches_other_nodes(self) -> bool:
+        """The launcher starts the ranks of other nodes itself, over ssh/pdsh from a hostfile: deepspeed and
+        gpt-neox's deepy.py (their default hostfile is /job/hostfile), `colossalai run --hostfile`."""
+        if self.launcher == "colossalai":
+            return "hostfile" in self.launcher_opts
+        return self.launcher in ("deepspeed", "deepy")
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,11 @@ class Script:
     """The script's line of its first command: sbatch reads `#SBATCH` lines only above it."""
     commands: list[Command] = field(default_factory=list)
     """Every simple command, in every piece of shell code, in the order read."""
+    read: list[tuple[int, int]] = field(default_factory=list)
+    """The script's physical lines (first, last) that lint read, as commands or as heredoc text."""
+    unclosed: list[Unclosed] = field(default_factory=list)
+    """What runs to the end of a piece of shell code, by script line: a quote or expansion lint cannot see
+    close (nothing after it was read), or a heredoc with no delimiter line."""
 
 
 @dataclass
@@ -109,6 +121,8 @@ class _Shell:
     per_task: bool
     srun: dict[str, str] | None
     srun_words: list[str] = field(default_factory=list)
+    arrays: dict[str, list[str]] = field(default_factory=dict)
+    """Arrays set by `NAME=(...)`: their elements, expanded."""
 
     counts: dict[str, str] = field(default_factory=dict)
     """Slurm's counts fixed by the `#SBATCH` lines (SLURM_NNODES), for `$(( ))` only."""
@@ -123,33 +137,13 @@ class _Shell:
     def child(self, srun: dict[str, str] | None, srun_words: list[str]) -> _Shell:
         """`bash -c CODE` run by this shell; under srun, by each task (which inherits the variables)."""
         if srun is not None and self.srun is None:
-            return _Shell(dict(self.vars), True, srun, srun_words, self.counts)
+            return _Shell(dict(self.vars), True, srun, srun_words, dict(self.arrays), self.counts)
         return _Shell(dict(self.vars), self.per_task, srun if srun is not None else self.srun,
-                      srun_words or self.srun_words, self.counts)
+                      srun_words or self.srun_words, dict(self.arrays), self.counts)
 
-
-_LAUNCHER_FLAGS: dict[str, AbstractSet[str]] = {
-    "torchrun": LAUNCHER_FLAGS, "torch.distributed.launch": LAUNCHER_FLAGS,
-    "deepspeed": DEEPSPEED_FLAGS, "accelerate": ACCELERATE_FLAGS,
-}
-
-
-def _launcher_args(args: list[str], flags: AbstractSet[str] = LAUNCHER_FLAGS) -> dict[str, str]:
-    """The launcher's own options, `-` spelling (`--opt=v`, `--opt v`, `-r 3`, flags as ""), up to the
-    training script: argparse ends them at the first operand, the rest are the script's arguments."""
-    into: dict[str, str] = {}
-    i = 0
-    while i < len(args) and args[i].startswith("-") and args[i] != "-":
-        if args[i] == "--":
-            break
-        key, eq, value = _dashes(args[i]).lstrip("-").partition("=")
-        if len(key) > 1 and not args[i].startswith("--"):  # `-r3`: a short option with its value attached
-            key, value, eq = key[0], key[1:], "="
-        if not eq and key not in flags and i + 1 < len(args):
-            value, i = args[i + 1], i + 1
-        into[key] = value
-        i += 1
-    return into
+    def expand(self, word: str, split: bool = True) -> list[str]:
+        """The fields `word` becomes in this shell."""
+        return expand(word, self.lookup, split, self.arrays)
 
 
 def parse(text: str) -> Script:
@@ -162,7 +156,12 @@ def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, heade
     """`shell`: the shell that runs this text (the batch shell, or each task's under `srun bash -c`)."""
     body: list[tuple[int, str]] = []
     script.bodies.append(body)
-    for number, line in logical_lines(text):
+    lines = read_lines(text)
+    if header:
+        script.read = lines.spans
+    if lines.unclosed is not None:
+        script.unclosed.append(replace(lines.unclosed, line=lines.unclosed.line + first_line - 1))
+    for number, line in lines.logical:
         number += first_line - 1
         body.append((number, line))
         stripped = line.strip()
@@ -190,8 +189,6 @@ def _slurm_counts(d: dict[str, str]) -> dict[str, str]:
     return counts
 
 
-ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=")
-"""`NAME=` or `NAME+=` at the start of a word: an assignment."""
 _REDIRECT_RE = re.compile(r"^(\d*|&)(>>?|<<?<?|>&|<&|>\|)(.*)$", re.DOTALL)
 DECLARE = frozenset({"export", "declare", "local", "readonly", "typeset"})
 """Builtins whose arguments are assignments."""
@@ -214,14 +211,21 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
     while raw and raw[0] in _PREFIX_WORDS:  # `then srun ...`, `exec python ...`
         raw = raw[1:]
     script.commands.append(Command(number, part, raw, shell.per_task))
-    exporting = False
+    exporting, assigned = False, set()
     if raw and raw[0] in DECLARE:
         exporting = raw[0] == "export" or (raw[0] == "declare" and "-x" in raw[1:2])
         raw = [w for w in raw[1:] if not w.startswith("-")]
     while raw and ASSIGN_RE.match(raw[0]):
         name, value = raw[0].split("=", 1)
+        if value.startswith("(") and value.endswith(")"):  # an array: `ARGS=(--nnodes 2)`, `ARGS+=(...)`
+            elements = [f for w in raw_words(value[1:-1]) for f in shell.expand(w)]
+            shell.arrays[name.rstrip("+")] = (shell.arrays.get(name[:-1], []) if name.endswith("+") else []) \
+                + elements
+            value = " ".join(shell.arrays[name.rstrip("+")])
+        else:
+            value = " ".join(shell.expand(value, split=False))
         name = name.rstrip("+")
-        value = " ".join(expand(value, shell.lookup, split=False))
+        assigned.add(name)
         shell.vars[name] = value
         (script.exports if not shell.per_task else script.task_exports)[name] = (number, value)
         if exporting:
@@ -230,48 +234,11 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
     if exporting:
         script.exported.update(w for w in raw if ASSIGN_RE.match(w + "="))
         return
-    words = [f for w in raw for f in expand(w, shell.lookup)]
+    words = [f for w in raw for f in shell.expand(w)]
     launch = _parse_launch(number, words, script, shell, background)
     if launch is not None:
+        launch.env = assigned
         script.launches.append(launch)
-
-
-_SINGULARITY_FLAGS = frozenset({
-    "nv", "nvccli", "rocm", "cleanenv", "e", "contain", "containall", "C", "c", "writable", "w", "writable-tmpfs",
-    "fakeroot", "f", "no-home", "no-privs", "keep-privs", "userns", "u", "pid", "p", "ipc", "i", "net", "n", "uts",
-    "compat", "no-init", "no-nv", "no-eval", "disable-cache", "no-https", "allow-setuid", "no-umask", "sharens",
-})
-_ENROOT_FLAGS = frozenset({"root", "r", "rw", "w"})
-
-
-def _unwrap(words: list[str]) -> list[str] | None:
-    """The command a wrapper runs (`env X=1 cmd`, `apptainer exec --nv img.sif cmd`, `enroot start img cmd`,
-    `nohup`, `stdbuf`, `numactl`), or None when words[0] wraps nothing lint knows."""
-    name = PurePosixPath(words[0]).name
-    if name in ("env", "nohup", "stdbuf", "numactl", "time", "exec", "command", "setsid", "ionice", "nice"):
-        rest = words[1:]
-        while rest and (rest[0].startswith("-") or (name == "env" and ASSIGN_RE.match(rest[0]))):
-            takes_value = name in ("numactl", "ionice", "nice") and "=" not in rest[0] and len(rest[0]) == 2
-            rest = rest[2:] if takes_value else rest[1:]
-        return rest
-    if name == "timeout":
-        rest = [w for w in words[1:]]
-        while rest and rest[0].startswith("-"):
-            rest = rest[1:]
-        return rest[1:]
-    if name in ("apptainer", "singularity") and len(words) > 1 and words[1] in ("exec", "run"):
-        return _after_options(words[2:], _SINGULARITY_FLAGS)[1:]  # the image, then the command
-    if name == "enroot" and len(words) > 1 and words[1] in ("start", "exec"):
-        return _after_options(words[2:], _ENROOT_FLAGS)[1:]
-    return None
-
-
-def _after_options(words: list[str], flags: frozenset[str]) -> list[str]:
-    i = 0
-    while i < len(words) and words[i].startswith("-"):
-        key = words[i].lstrip("-")
-        i += 1 if "=" in key or key in flags else 2
-    return words[i:]
 
 
 def _shell_code(words: list[str]) -> tuple[str, list[str]] | None:
@@ -296,7 +263,7 @@ def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, 
         srun = dict(pairs)  # a later option wins, as with getopt
     while words and depth < 8:
         depth += 1
-        inner = _unwrap(words)
+        inner = unwrap(words)
         if inner is not None:
             words = inner
             continue
@@ -308,61 +275,22 @@ def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, 
         if code is None:
             break
         if '"$@"' not in code[0] and "$@" not in code[0]:
-            # `srun bash -c CODE`: each task's shell runs CODE, with this srun's options
-            _parse_body(code[0], script, number, shell.child(srun, srun_words), header=False)
+            # `srun bash -c CODE`: each task's shell runs CODE, with this srun's options (CODE's words are its own)
+            outer = [w for w in srun_words if w != code[0]]
+            _parse_body(code[0], script, number, shell.child(srun, outer), header=False)
             return None
         # `bash -c 'trap "" SIG; exec "$@"' NAME cmd...`: the command is the rest, signals ignored
         ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code[0])
         words = code[1][1:]
     if not words:
         return None
-    launcher, rest = _launcher(words)
-    if launcher is None and not _PYTHON_RE.match(PurePosixPath(words[0]).name):
+    program = started(words)
+    if program is None:
         return None
-    if launcher is None and rest and rest[0].startswith("-") and rest[0] != "-u":
-        return None  # `python -c ...`, `python --version`: not training
-    opts_map = _launcher_args(rest, _LAUNCHER_FLAGS[launcher]) if launcher else {}
-    nproc = _procs_per_node(launcher, opts_map)
+    launcher, rest = program
+    opts_map = launcher_args(launcher, rest)
+    nproc = procs_per_node(launcher, opts_map)
     return Launch(number, srun is not None, srun or {}, launcher, nproc,
                   python=words[0], rdzv_endpoint=opts_map.get("rdzv-endpoint"),
                   signals_to_handle=opts_map.get("signals-to-handle"), ignored=" ".join(ignored).split(),
                   launcher_opts=opts_map, per_task=shell.per_task, words=[*srun_words, *words], background=background)
-
-
-def _launcher(words: list[str]) -> tuple[str | None, list[str]]:
-    """Which launcher `words` start, and the words after its name."""
-    name, rest = PurePosixPath(words[0]).name, words[1:]
-    if name == "torchrun":
-        return "torchrun", rest
-    if name == "deepspeed":
-        return "deepspeed", rest
-    if name == "accelerate" and rest[:1] == ["launch"]:
-        return "accelerate", rest[1:]
-    if _PYTHON_RE.match(name):
-        flags = [w for w in rest if re.fullmatch(r"-[uBOsSE]+", w)]  # `python -u -m torch.distributed.run`
-        after = rest[len(flags):] if rest[:len(flags)] == flags else rest
-        if len(after) >= 2 and after[0] == "-m" and after[1] in _LAUNCH_MODULES:
-            return _LAUNCH_MODULES[after[1]], after[2:]
-    return None, rest
-
-
-def _procs_per_node(launcher: str | None, opts: dict[str, str]) -> int | None:
-    """Processes each launcher starts on its node, where literal."""
-    if launcher == "deepspeed":
-        value = opts.get("num-gpus")
-    elif launcher == "accelerate":
-        procs, machines = opts.get("num-processes", ""), opts.get("num-machines", "1")
-        if procs.isdigit() and machines.isdigit() and int(machines) > 0:
-            return int(procs) // int(machines)
-        return None
-    else:
-        value = opts.get("nproc-per-node")
-    return int(value) if value and value.isdigit() else None
-
-
-def _dashes(word: str) -> str:
-    """`--nproc_per_node=8` -> `--nproc-per-node=8` (launchers accept both spellings)."""
-    if not word.startswith("--"):
-        return word
-    key, eq, value = word.partition("=")
-    return key.replace("_", "-") + eq + value

@@ -3,12 +3,13 @@
 A literal rendezvous or master port (`MASTER_PORT=29500`, `--master-port`, `--rdzv-endpoint=host:29500`,
 accelerate's `--main_process_port`, deepspeed's `--master_port`) collides only when something else
 binds it on the same node: another job that shares the node, or another step of this job running
-at the same time. How sharing is decided (docs/lint.md, "Fixed ports"):
+at the same time. A torchrun given no port at all uses its default one (29500; 29400 for a c10d endpoint
+without a port), which collides the same way. How sharing is decided (docs/lint.md, "Fixed ports"):
+- two steps that can overlap (a launch started with `&` next to another one): error;
 - not shared: `--exclusive`, `--mem=0` (all of each node's memory), or 8 GPUs per node (no common
   node has more, so the job holds all of them): info, the port is safe;
-- two steps that can overlap (a launch started with `&` next to another one): error;
-- 4 to 7 GPUs per node: a whole node on many clusters, a slice on 8-GPU nodes: warning;
-- anything smaller: other jobs can land on the node: error.
+- anything less than a whole node: warning, as whether other jobs land on the node is the cluster's
+  policy (OverSubscribe, whole-node partitions), which lint cannot see.
 Pure, nothing executed.
 """
 
@@ -18,8 +19,8 @@ import re
 from collections.abc import Iterator
 
 from torchslurm.jobs.findings import Severity
-from torchslurm.lint.allocation import gpus_per_node
-from torchslurm.lint.parse import Launch, Script
+from torchslurm.lint.allocation import gpus_per_node, step_nodes
+from torchslurm.lint.parse import TORCHRUN_LIKE, Launch, Script
 from torchslurm.lint.rule import Facts, Flag, rule
 from torchslurm.runtime.ports import RDZV_PORT_EXPR
 
@@ -28,7 +29,9 @@ __all__ = ["node_sharing"]
 WHOLE_NODE_GPUS = 8
 """GPUs per node that mean the job holds the whole node (8-GPU servers are the largest common ones)."""
 MAYBE_WHOLE_NODE_GPUS = 4
-"""From here up a request is the whole node on 4-GPU clusters: lint cannot tell, so it only warns."""
+"""From here up a request is the whole node on 4-GPU clusters."""
+TORCHRUN_PORT, C10D_PORT = 29500, 29400
+"""torchrun's default --master-port, and the port of a c10d --rdzv-endpoint given without one (torch/distributed)."""
 
 _PORT_HINT = f"derive it from the job id: port={RDZV_PORT_EXPR}, or use `torchslurm script --launch torchrun`"
 
@@ -48,7 +51,8 @@ def node_sharing(s: Script) -> tuple[Severity, str]:
     if gpus >= MAYBE_WHOLE_NODE_GPUS:
         return "warning", (f"{gpus} GPUs per node without --exclusive, so on nodes with more GPUs another job "
                            "can share the node")
-    return "error", "the job does not hold whole nodes (no --exclusive), so another job can share the node"
+    return "warning", ("the job does not hold whole nodes (no --exclusive), so where the cluster shares nodes "
+                       "another job can bind it there")
 
 
 def _flag(x: Facts, line: int, what: str, hint: str) -> Flag:
@@ -57,6 +61,15 @@ def _flag(x: Facts, line: int, what: str, hint: str) -> Flag:
         return Flag("info", f"{what} is fixed; safe here: {why}.", f"to run on shared nodes too, {hint}.", line)
     return Flag(severity, f"{what} is fixed: {why}; the second one to bind it gets EADDRINUSE or joins this job's "
                 "rendezvous.", f"{hint}, or #SBATCH --exclusive.", line)
+
+
+def _default_port(ln: Launch, job_nodes: int, endpoint: str) -> bool:
+    """torchrun binds its default port: no port given, and a rendezvous it holds on one node (alone, or named
+    by --rdzv-endpoint/--master-addr; a multi-node one with neither is the rendezvous rules' error)."""
+    if ln.launcher not in TORCHRUN_LIKE or "master-port" in ln.launcher_opts:
+        return False
+    return not endpoint.rpartition(":")[2 if ":" in endpoint else 1] and (
+        bool(endpoint) or "master-addr" in ln.launcher_opts or step_nodes(ln, job_nodes) == 1)
 
 
 def _launchers(x: Facts) -> Iterator[Launch]:
@@ -81,9 +94,17 @@ def fixed_master_port(x: Facts) -> Iterator[Flag]:
 
 
 @rule("fixed-port", ("error", "warning", "info"),
-      "a literal port in `--rdzv-endpoint host:29500`; see \"Fixed ports\" below.")
+      "a literal port in `--rdzv-endpoint host:29500`, or torchrun given no port (its default 29500); see "
+      "\"Fixed ports\" below.")
 def fixed_port(x: Facts) -> Iterator[Flag]:
     for ln in _launchers(x):
         endpoint = ln.rdzv_endpoint or ""
-        if re.search(r":\d+$", endpoint):
+        if re.search(r":[1-9]\d*$", endpoint):  # `:0`: the OS picks a free port
             yield _flag(x, ln.line, f"{ln.launcher} --rdzv-endpoint={endpoint}", _PORT_HINT)
+        elif _default_port(ln, x.allocation.nodes, endpoint):
+            c10d = bool(endpoint) and ln.launcher_opts.get("rdzv-backend", "static") != "static"
+            given = f"--rdzv-endpoint={endpoint} without a port" if endpoint else "no --master-port"
+            yield _flag(x, ln.line, f"{ln.launcher}'s rendezvous port ({given}: its default, "
+                        f"{C10D_PORT if c10d else TORCHRUN_PORT})",
+                        f"give it one per job: --master-port={RDZV_PORT_EXPR} (or :$port in --rdzv-endpoint), "
+                        "or --standalone on a single node (a free port)")

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 
 from torchslurm.lint.allocation import step_nodes
-from torchslurm.lint.parse import Launch
+from torchslurm.lint.parse import TORCHRUN_LIKE, Launch
 from torchslurm.lint.rule import Facts, Flag, rule
 from torchslurm.lint.shell import batch_expanded, shown
 from torchslurm.runtime.ports import RDZV_PORT_EXPR
@@ -37,7 +37,7 @@ def _torchruns(x: Facts) -> Iterator[tuple[Launch, int, bool]]:
     """Each torchrun (or torch.distributed.launch) line, the nodes srun starts it on, and whether its
     rendezvous spans several nodes."""
     for ln in x.script.launches:
-        if ln.launcher in ("torchrun", "torch.distributed.launch"):
+        if ln.launcher in TORCHRUN_LIKE:
             nodes, nnodes = step_nodes(ln, x.allocation.nodes), _nnodes(ln)
             yield ln, nodes, nnodes[1] > 1 if nnodes else nodes > 1
 

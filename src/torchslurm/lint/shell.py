@@ -13,10 +13,13 @@ marker (`batch_marker`), because there they are 0 for every task.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID"})
 """Set by srun in each task; the batch shell has them too, as 0 (it is task 0 of the batch step)."""
+
+ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=")
+"""`NAME=` or `NAME+=` at the start of a word: an assignment."""
 
 _MARK = "\x00"
 _MARKER_RE = re.compile(f"{_MARK}([A-Z_]+){_MARK}")
@@ -45,56 +48,83 @@ def shown(text: str) -> str:
 
 
 def _skip_quoted(text: str, i: int) -> int:
-    """Index after the quoted or substituted piece that starts at i (`'..'`, `".."`, `$(..)`, `` `..` ``)."""
+    """Index after the quoted or substituted piece that starts at i (`'..'`, `".."`, `$(..)`, `${..}`, `` `..` ``)."""
+    return scan(text, i)[0]
+
+
+def scan(text: str, i: int) -> tuple[int, bool]:
+    """The piece that starts at i (a quote, `$(`, `${`, `$'`, a backtick): the index after it, and whether it
+    closes before the text ends (else the index is len(text))."""
     ch = text[i]
     if ch == "'":
         end = text.find("'", i + 1)
-        return len(text) if end < 0 else end + 1
-    if ch == "`":
-        j = i + 1
-        while j < len(text) and text[j] != "`":
-            j += 2 if text[j] == "\\" else 1
-        return min(j + 1, len(text))
-    if ch == '"':
-        j = i + 1
-        while j < len(text) and text[j] != '"':
+        return (len(text), False) if end < 0 else (end + 1, True)
+    if ch in "`\"" or text.startswith("$'", i):
+        closer, j = ch if ch != "$" else "'", i + (2 if ch == "$" else 1)
+        while j < len(text) and text[j] != closer:
             if text[j] == "\\":
                 j += 2
-            elif text.startswith("$(", j) or text[j] == "`":
-                j = _skip_quoted(text, j)
+            elif ch == '"' and (text.startswith(("$(", "${"), j) or text[j] == "`"):
+                j, closed = scan(text, j)
+                if not closed:
+                    return len(text), False
             else:
                 j += 1
-        return min(j + 1, len(text))
-    if text.startswith("$'", i):
-        j = i + 2
-        while j < len(text) and text[j] != "'":
-            j += 2 if text[j] == "\\" else 1
-        return min(j + 1, len(text))
-    if text.startswith("${", i):
-        end = text.find("}", i)
-        return len(text) if end < 0 else end + 1
-    # $( ... ): up to the matching parenthesis, quotes inside skipped
+        return (j + 1, True) if j < len(text) else (len(text), False)
+    return _scan_nested(text, i)
+
+
+def _scan_nested(text: str, i: int) -> tuple[int, bool]:
+    """`${ ... }` or `$( ... )` up to its matching brace or parenthesis, as bash matches them: quotes, escapes
+    and nested expansions inside are skipped, and `{`/`(` nest (`${x:-'{}'}`, `${x:-{a}}`, `$(f (1))`)."""
+    opener, closer = ("{", "}") if text.startswith("${", i) else ("(", ")")
     depth, j = 0, i + 1
     while j < len(text):
         c = text[j]
-        if c in "'\"`" or text.startswith("$(", j):
-            if text.startswith("$(", j):
-                depth += 1
-                j += 2
-                continue
-            j = _skip_quoted(text, j)
-            continue
         if c == "\\":
             j += 2
             continue
-        if c == "(":
+        if c in "'\"`" or text.startswith(("$(", "${", "$'"), j):
+            j, closed = scan(text, j)
+            if not closed:
+                return len(text), False
+            continue
+        if c == opener:
             depth += 1
-        elif c == ")":
+        elif c == closer:
             depth -= 1
             if depth == 0:
-                return j + 1
+                return j + 1, True
         j += 1
-    return len(text)
+    return len(text), False
+
+
+_ARRAY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=\(")
+
+
+def array_scan(text: str, i: int) -> tuple[int, bool] | None:
+    """If an array assignment starts at i (`ARGS=(`, `ARGS+=(`, a word's start): the index after its `)` and
+    whether it closes. Its elements may span lines and carry comments, as bash reads them."""
+    m = _ARRAY_RE.match(text, i)
+    if m is None:
+        return None
+    j = m.end()
+    while j < len(text):
+        c = text[j]
+        if c == "\\":
+            j += 2
+        elif c == "#" and text[j - 1] in " \t\n(":
+            end = text.find("\n", j)
+            j = len(text) if end < 0 else end
+        elif c in "'\"`" or text.startswith(("$(", "${", "$'"), j):
+            j, closed = scan(text, j)
+            if not closed:
+                return len(text), False
+        elif c == ")":
+            return j + 1, True
+        else:
+            j += 1
+    return len(text), False
 
 
 def opaque_end(text: str, i: int) -> int | None:
@@ -116,29 +146,55 @@ def raw_words(text: str) -> list[str]:
                 start = None
             i += 1
             continue
-        if ch == "#" and start is None:
-            break
+        if ch == "#" and start is None:  # a comment, up to the newline (inside an array's elements)
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
         if start is None:
             start = i
+            array = array_scan(text, i)
+            if array is not None:  # `ARGS=(a b)`: one word
+                i = array[0]
+                continue
         if ch == "\\":
             i += 2
             continue
-        end = opaque_end(text, i)
-        i = end if end is not None else i + 1
+        opaque = opaque_end(text, i)
+        i = opaque if opaque is not None else i + 1
     if start is not None:
         words.append(text[start:])
     return words
 
 
-def expand(word: str, lookup: Lookup, split: bool = True) -> list[str]:
-    """The fields one raw word becomes. `split`: an unquoted expansion is split at blanks (not in assignments)."""
+_ARRAY_REF_RE = re.compile(r'("?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1')
+
+
+def expand(word: str, lookup: Lookup, split: bool = True,
+           arrays: Mapping[str, list[str]] | None = None) -> list[str]:
+    """The fields one raw word becomes. `split`: an unquoted expansion is split at blanks (not in assignments).
+    `arrays`: the arrays the shell has set (`ARGS=(...)`), for `"${ARGS[@]}"` (a field per element),
+    `${ARGS[@]}` and `"${ARGS[*]}"`."""
     fields: list[str] = []
     current: list[str] = []
     started = False
     i = 0
     while i < len(word):
         ch = word[i]
-        if ch == "\\":
+        ref = _ARRAY_REF_RE.match(word, i) if ch in '"$' else None
+        if ref and arrays is not None and ref.group(2) in arrays:
+            elements, quoted = arrays[ref.group(2)], bool(ref.group(1))
+            if quoted and ref.group(3) == "*":
+                elements = [" ".join(elements)]
+            elif not quoted:
+                elements = [f for e in elements for f in _fields(e)]
+            for n, element in enumerate(elements):
+                if n:
+                    fields.append("".join(current))
+                    current = []
+                current.append(element)
+                started = True
+            i = ref.end()
+        elif ch == "\\":
             if word[i + 1:i + 2] != "\n":
                 current.append(word[i + 1:i + 2])
             i, started = i + 2, True

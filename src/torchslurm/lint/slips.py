@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from torchslurm.jobs.findings import Severity
 from torchslurm.jobs.sbatch import sbatch_split
 from torchslurm.lint.options import SBATCH, SHORT, parse_options
-from torchslurm.lint.parse import ASSIGN_RE, DECLARE, Script
+from torchslurm.lint.parse import DECLARE, Script
 from torchslurm.lint.rule import Facts, Flag, rule
+from torchslurm.lint.shell import ASSIGN_RE
 
 __all__: list[str] = []
 
@@ -100,3 +101,26 @@ def one_dash_option(x: Facts) -> Iterator[Flag]:
             yield Flag("error", f"#SBATCH {word} has one dash: sbatch reads it as the short option -{letter} with "
                        f"the value `{rest}` (`-{letter} {rest}`), not as --{word[1:].partition('=')[0]}.",
                        f"two dashes: #SBATCH -{word}.", line, about=SHORT.get(letter, letter))
+
+
+@rule("unread-lines", ("error", "warning"),
+      "lines not read as commands: a heredoc whose end line never comes (error: bash reads the rest of the script "
+      "as its text), or a quote or expansion lint cannot see close (warning: \"line N could not be read\", the rest "
+      "is not checked).")
+def unread_lines(x: Facts) -> Iterator[Flag]:
+    """Whatever lint does not read is said, never passed over in silence."""
+    last = x.script.text.count("\n") + (not x.script.text.endswith("\n"))
+    for u in x.script.unclosed:
+        if u.heredoc:
+            end = u.opener.removeprefix("<<").removeprefix("-")
+            yield Flag("error", f"line {u.line}: the heredoc {u.opener} never ends: no line holds exactly `{end}`, "
+                       "so bash reads every line after it as the heredoc's text (\"here-document delimited by "
+                       "end-of-file\") and none of them runs.",
+                       f"end it with a line that is exactly `{end}`, with nothing before or after it (`<<-` allows "
+                       "leading tabs).")
+        else:
+            rest = f"lines {u.line}-{last} were" if last > u.line else f"line {u.line} was"
+            yield Flag("warning", f"line {u.line} could not be read: the `{u.opener}` that opens there never closes "
+                       f"as lint reads it, so {rest} not checked.",
+                       "check the line with `bash -n SCRIPT`; if bash reads it, write the value more plainly (set it "
+                       "in a variable first) so that lint can check the rest.")

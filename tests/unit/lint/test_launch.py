@@ -102,3 +102,52 @@ def test_srun_layout_against_the_gpus(job: str, srun: str, found: list[tuple[str
     text = f"#!/bin/bash\n#SBATCH --nodes=2 {job} --gpus-per-node=4\n{srun} python train.py\n"
     assert [(f.severity, f.code) for f in lint(text)] == found
 
+
+
+@pytest.mark.parametrize("python", ["python -m torchtitan.train", "python3 -u -m pkg.train", "python -X faulthandler "
+                                    "-m pkg.train", "python3 -OO -m sglang.launch_server --node-rank 0"])
+def test_python_m_module_runs_without_srun_like_a_script(python: str) -> None:
+    (f,) = lint(f"#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1\n{python} --lr 1\n")
+    assert f.code == "python-without-srun" and f.message.startswith(f"line 3: `{python.split()[0]} ...` runs once")
+
+
+@pytest.mark.parametrize("python", ["python -m pip install -e .", "python -c 'import torch'", "python --version",
+                                    "python3 -m torch.utils.collect_env"])
+def test_python_that_does_not_train_is_no_launch(python: str) -> None:
+    assert lint(f"#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1\n{python}\n") == []
+
+
+def test_srun_python_m_is_one_rank_per_task_against_the_gpus() -> None:
+    found = lint("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1 --gpus-per-node=4\nsrun -K python -m pkg.train\n")
+    assert [f.code for f in found] == ["tasks-vs-gpus"]
+
+
+@pytest.mark.parametrize("launch", ["colossalai run --nproc_per_node 4 t.py", "python -m torch.distributed.run "
+                                    "--nproc-per-node=4 --nnodes=2 " + C10D + " t.py",
+                                    "python -m accelerate.commands.launch --num_processes 8 --num_machines 2 "
+                                    "--rdzv_backend c10d t.py", "python -m multiproc t.py",
+                                    "python ./multiproc.py --nproc_per_node 4 t.py"])
+def test_launchers_started_in_every_task_start_their_own_ranks(launch: str) -> None:
+    assert "launcher-per-task" in {f.code for f in lint(GPU_JOB + f"srun -K {launch}\n")}
+
+
+@pytest.mark.parametrize(("lines", "flagged"), [
+    ("srun -K python t.py\n", True),
+    ("srun -K bash -c 'python t.py'\n", True),
+    ("srun -K -c 8 python t.py\n", False),
+    ("srun -K --cpus-per-task=$SLURM_CPUS_PER_TASK python t.py\n", False),
+    ("export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\nsrun -K python t.py\n", False),
+    ("SRUN_CPUS_PER_TASK=8 srun -K python t.py\n", False),
+    ("python t.py\n", False),  # no srun: the batch shell has the job's CPUs
+])
+def test_srun_without_the_jobs_cpus_per_task(lines: str, flagged: bool) -> None:
+    found = [f for f in lint("#!/bin/bash\n#SBATCH --ntasks=1 --cpus-per-task=8\n" + lines)
+             if f.code == "srun-cpus-per-task"]
+    assert bool(found) is flagged
+    if found:
+        assert found[0].severity == "warning" and "Slurm 22.05" in found[0].message
+        assert found[0].hint.startswith("export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun, or srun -c")
+
+
+def test_one_cpu_per_task_needs_nothing() -> None:
+    assert lint("#!/bin/bash\n#SBATCH --ntasks=1 --cpus-per-task=1\nsrun -K python t.py\n") == []

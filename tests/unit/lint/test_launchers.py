@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from torchslurm.lint.report import lint
 
 TWO_NODES = "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1 --gpus-per-node=4\n"
@@ -24,3 +26,42 @@ def test_accelerate_machine_rank_expanded_by_each_task_is_right() -> None:
     launch = "accelerate launch --num_machines 2 --num_processes 8 --machine_rank $SLURM_NODEID t.py"
     assert "launcher-node-rank" in {f.code for f in lint(TWO_NODES + f"srun -K {launch}\n")}
     assert "launcher-node-rank" not in {f.code for f in lint(TWO_NODES + f"srun -K bash -c '{launch}'\n")}
+
+
+def test_accelerate_machine_rank_with_c10d_or_a_config_file_is_no_error() -> None:
+    rank = "srun -K accelerate launch --num_machines 2 --num_processes 8 --machine_rank $SLURM_PROCID"
+    c10d = [(f.severity, f.code) for f in lint(TWO_NODES + f"{rank} --rdzv_backend c10d t.py\n")]
+    config = [(f.severity, f.code) for f in lint(TWO_NODES + f"{rank} --config_file fsdp.yaml t.py\n")]
+    static = [(f.severity, f.code) for f in lint(TWO_NODES + f"{rank} t.py\n")]
+    assert "error" not in {s for s, _ in c10d}  # c10d ignores the machine rank
+    assert ("warning", "launcher-node-rank") in config and "error" not in {s for s, _ in config}
+    assert ("error", "launcher-node-rank") in static
+
+
+@pytest.mark.parametrize("launch", [
+    "srun -K deepspeed --hostfile hf --num_gpus 4 t.py",
+    "srun -K deepspeed --num_nodes 2 --num_gpus 4 t.py",  # its default hostfile, /job/hostfile
+    "srun -K python deepy.py train.py configs/125M.yml",
+    "srun -K colossalai run --hostfile hf --nproc_per_node 4 t.py",
+    "srun -K colossalai run --nproc_per_node 4 t.py",  # no hostfile: one training per node
+])
+def test_a_launcher_that_reaches_the_nodes_itself_started_in_every_task(launch: str) -> None:
+    found = [f for f in lint(TWO_NODES + launch + "\n") if f.code == "ssh-launcher-under-srun"]
+    assert [f.message.startswith("line 3: srun starts ") and "in each of its 2 tasks" in f.message
+            for f in found] == [True]
+
+
+@pytest.mark.parametrize("launch", [
+    "deepspeed --hostfile hf --num_nodes 2 --num_gpus 4 t.py",  # once, in the batch shell: right
+    "srun -K -N1 -n1 deepspeed --hostfile hf --num_nodes 2 --num_gpus 4 t.py",
+    "srun -K deepspeed --no_ssh --node_rank=$SLURM_NODEID --num_gpus 4 t.py",
+    "python deepy.py train.py configs/125M.yml",
+])
+def test_a_launcher_that_reaches_the_nodes_itself_run_once(launch: str) -> None:
+    assert "ssh-launcher-under-srun" not in {f.code for f in lint(TWO_NODES + launch + "\n")}
+
+
+def test_several_launchers_per_node_are_launcher_per_task_first() -> None:
+    text = "#!/bin/bash\n#SBATCH --nodes=1 --ntasks-per-node=4 --gpus-per-node=4\nsrun -K colossalai run " \
+           "--nproc_per_node 4 t.py\n"
+    assert {f.code for f in lint(text) if f.severity == "error"} == {"launcher-per-task"}

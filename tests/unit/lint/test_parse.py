@@ -12,6 +12,7 @@ import pytest
 from torchslurm.lint.lines import commands, logical_lines
 from torchslurm.lint.options import SBATCH, SRUN, parse_options
 from torchslurm.lint.parse import parse
+from torchslurm.lint.report import lint
 
 
 def test_continuations_and_quoted_multiline_joined() -> None:
@@ -136,3 +137,48 @@ def test_directives_after_first_command_are_ignored_like_sbatch() -> None:
     script = parse("#!/bin/bash\n#SBATCH --nodes=2\necho hi\n#SBATCH --nodes=8\n")
     assert script.directives == {"nodes": "2"}
 
+
+
+@pytest.mark.parametrize("value", ["${4:-'{}'}", "\"${4:-'}'}\"", "${X:-{a}}", "${X:-\"a b\"}", "$(f (1))"])
+def test_a_default_with_quotes_or_braces_ends_where_bash_ends_it(value: str) -> None:
+    text = f"#!/bin/bash\n#SBATCH -N 2\noverrides={value}\npython train.py $overrides\n"
+    script = parse(text)
+    assert [ln.line for ln in script.launches] == [4] and script.unclosed == []
+    assert script.read == [(1, 1), (2, 2), (3, 3), (4, 4)]
+
+
+@pytest.mark.parametrize(("text", "line", "opener"), [
+    ("echo a\nx='abc\nsrun python t.py\n", 2, "'"),
+    ("echo a\ny=$(hostname\nsrun python t.py\n", 2, "$("),
+    ("echo a\nz=${X:-{}\nsrun python t.py\n", 2, "${"),
+    ("A=(\n --nnodes 2\nsrun python t.py\n", 1, "A=("),
+])
+def test_what_never_closes_is_recorded_and_nothing_after_it_is_read(text: str, line: int, opener: str) -> None:
+    script = parse(text)
+    assert [(u.line, u.opener, u.heredoc) for u in script.unclosed] == [(line, opener, False)]
+    assert script.launches == [] and max(last for _, last in script.read) == line
+
+
+def test_a_heredoc_with_no_end_line_is_read_as_bash_reads_it_and_recorded() -> None:
+    script = parse("cat <<EOF >c.yaml\nlr: 1\nEOF \nsrun python t.py\n")
+    assert script.launches == [] and script.read == [(1, 4)]
+    assert [(u.line, u.opener, u.heredoc) for u in script.unclosed] == [(1, "<<EOF", True)]
+
+
+def test_unread_lines_are_reported_never_passed_in_silence() -> None:
+    (f,) = [f for f in lint("#!/bin/bash\n#SBATCH -N 2\nx=$(hostname\nsrun python t.py\n") if f.code == "unread-lines"]
+    assert f.severity == "warning" and f.message.startswith("line 3 could not be read: the `$(` that opens there")
+    assert "lines 3-4 were not checked" in f.message and "bash -n" in f.hint
+
+
+def test_arrays_are_followed_into_the_launch_line() -> None:
+    text = ("#!/bin/bash\n#SBATCH -N 2\nARGS=(\n  --nnodes 2  # both nodes\n  --nproc_per_node 4\n)\n"
+            "ARGS+=(--rdzv-backend=c10d)\nsrun torchrun \"${ARGS[@]}\" train.py\n")
+    (launch,) = parse(text).launches
+    assert launch.line == 8 and launch.nproc_per_node == 4
+    assert launch.launcher_opts == {"nnodes": "2", "nproc-per-node": "4", "rdzv-backend": "c10d"}
+
+
+def test_an_array_element_keeps_its_blanks_when_quoted() -> None:
+    (launch,) = parse("A=(--x 'a b')\nsrun python t.py \"${A[@]}\" ${A[@]} \"${A[*]}\"\n").launches
+    assert launch.words[-8:] == ["python", "t.py", "--x", "a b", "--x", "a", "b", "--x a b"]

@@ -20,16 +20,16 @@ SEEDS = FIXTURES / "seed_scripts"
 # What each seed script gets wrong, by the seed's own text (see the fixture headers).
 EXPECTED = {
     "seed000_pytorch_distributed.sbatch": {"hard-coded-master-addr", "fixed-master-port", "batch-shell-rank",
-                                           "no-kill-on-bad-exit"},
-    "seed002_run_distributed.slurm": {"fixed-port", "log-dir", "no-kill-on-bad-exit"},
-    "seed003_ex1_single_gpu.sbatch": {"launcher-without-srun", "deprecated-launch"},
-    "seed003_ex2_multi_gpu.sbatch": {"ntasks-mismatch", "launcher-without-srun", "deprecated-launch"},
-    "seed003_ex3_process_split.sbatch": {"launcher-without-srun", "deprecated-launch"},
+                                           "no-kill-on-bad-exit", "srun-cpus-per-task"},
+    "seed002_run_distributed.slurm": {"fixed-port", "log-dir", "no-kill-on-bad-exit", "srun-cpus-per-task"},
+    "seed003_ex1_single_gpu.sbatch": {"launcher-without-srun", "deprecated-launch", "fixed-port"},
+    "seed003_ex2_multi_gpu.sbatch": {"ntasks-mismatch", "launcher-without-srun", "deprecated-launch", "fixed-port"},
+    "seed003_ex3_process_split.sbatch": {"launcher-without-srun", "deprecated-launch", "fixed-port"},
     "seed004_run_nccl.slurm": {"hard-coded-master-addr", "fixed-master-port", "per-rank-nic",
                                "nccl-ib-disabled", "no-kill-on-bad-exit"},
     "lab_signal_batch_only.sbatch": {"signal-unreachable", "export-none-bare-python", "signal-without-requeue",
                                      "no-kill-on-bad-exit"},
-    "lab_torchrun_signal.sbatch": {"signal-kills-torchrun", "no-kill-on-bad-exit"},
+    "lab_torchrun_signal.sbatch": {"signal-kills-torchrun", "no-kill-on-bad-exit", "srun-cpus-per-task"},
 }
 
 
