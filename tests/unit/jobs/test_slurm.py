@@ -168,7 +168,7 @@ def test_lint_cli_exit_code_on_errors(tmp_path: Path, without_torch: WithoutTorc
     seed = Path(__file__).parents[2] / "fixtures" / "seed_scripts" / "seed000_pytorch_distributed.sbatch"
     result = without_torch("lint", str(seed), cwd=tmp_path)
     assert result.returncode == 1
-    assert "error: [fixed-master-port] line 17: MASTER_PORT=12355 is fixed" in result.stdout
+    assert "error: [hard-coded-master-addr] line 16: MASTER_ADDR=your_master_node_ip is fixed" in result.stdout
 
 
 def test_script_cli_refuses_errors(tmp_path: Path, without_torch: WithoutTorch) -> None:

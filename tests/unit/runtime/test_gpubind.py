@@ -86,5 +86,8 @@ def test_tasks_with_views_no_variable_states_agree_through_a_real_store() -> Non
     with ThreadPoolExecutor(4) as pool:
         indexes = list(pool.map(task, [3, 2, 1, 0]))[::-1]  # the last task to arrive first
     assert [views[t][i] for t, i in enumerate(indexes) if i is not None] == ["GPU-a", "GPU-c", "GPU-b", "GPU-d"]
-    crowded = ThreadPoolExecutor(2).map(lambda t: agree(server, "gpu/node2", t, 2, ["GPU-x"]), [0, 1])
-    assert list(crowded) == [0, None]  # the second task is left without a GPU: init() refuses it
+    with ThreadPoolExecutor(2) as pool:
+        crowded = list(pool.map(lambda t: agree(TCPStore("127.0.0.1", server.port, is_master=False,
+                                                          timeout=timedelta(seconds=20)), "gpu/node2", t, 2, ["GPU-x"]),
+                                [0, 1]))
+    assert crowded == [0, None]  # the second task is left without a GPU: init() refuses it
