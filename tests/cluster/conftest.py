@@ -14,6 +14,8 @@ Use the function-scoped `cluster` fixture; it is a `Cluster`:
     cluster.wait(job_id, timeout_s=120) -> final state ("COMPLETED", "FAILED", ...); polls every 0.2 s
     cluster.job(job_id) -> dict of `scontrol show job` fields (accounting is off: no sacct)
     cluster.output(job_id) -> the job's stdout file text
+    cluster.echoed_exit(job_id, step) -> the exit code the script echoed as `<step> exit $?`
+    cluster.text(pattern) -> the job_dir files matching pattern, joined
     cluster.run(argv, timeout_s=60) -> CompletedProcess (root namespace: sbatch, srun, squeue ...)
     cluster.exec(node, argv, timeout_s=60) -> CompletedProcess inside that node's namespaces
 
@@ -141,6 +143,17 @@ class Cluster:
     def output(self, job_id: str) -> str:
         path = self.job(job_id).get("StdOut", "")
         return Path(path).read_text(errors="replace") if path and Path(path).exists() else ""
+
+    def echoed_exit(self, job_id: str, step: str) -> int:
+        """The exit code a job script echoed as `<step> exit $?` (scripts that run one step after another)."""
+        output = self.output(job_id)
+        found = re.search(rf"^{step} exit (\d+)$", output, re.MULTILINE)
+        assert found, output[-4000:]
+        return int(found.group(1))
+
+    def text(self, pattern: str) -> str:
+        """The files of job_dir matching `pattern` (e.g. every task's output of one step), joined."""
+        return "".join(p.read_text() for p in sorted(self.job_dir.glob(pattern)))
 
     def logs(self) -> list[tuple[str, str]]:
         """Every log-like file in job_dir, plus stdout/stderr files of this test's jobs kept elsewhere."""

@@ -24,17 +24,15 @@ PROBE = Path(__file__).parent / "jobs" / "probe.py"
 
 
 class Job:
-    def __init__(self, cluster: Cluster, job: str, state: str) -> None:
-        self.cluster, self.job, self.state = cluster, job, state
+    def __init__(self, cluster: Cluster, job: str) -> None:
+        self.cluster, self.job = cluster, job
         self.output = cluster.output(job)
 
     def exit_code(self, step: str) -> int:
-        found = re.search(rf"^{step} exit (\d+)$", self.output, re.MULTILINE)
-        assert found, self.output[-4000:]
-        return int(found.group(1))
+        return self.cluster.echoed_exit(self.job, step)
 
     def text(self, pattern: str) -> str:
-        return "".join(p.read_text() for p in sorted(self.cluster.job_dir.glob(pattern)))
+        return self.cluster.text(pattern)
 
     def records(self, step: int) -> list[dict[str, Any]]:
         """The probe's records of one step of this job, by rank."""
@@ -67,8 +65,8 @@ srun --output={d}/cpus-%t.out bash -c 'scontrol show step $SLURM_JOB_ID.$SLURM_S
 echo "cpus exit $?"
 """
     job = cluster.sbatch(script)
-    state = cluster.wait(job, timeout_s=240)
-    yield Job(cluster, job, state)
+    cluster.wait(job, timeout_s=240)
+    yield Job(cluster, job)
     cluster.cancel_running()
 
 

@@ -9,7 +9,6 @@ tests read its outputs."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,14 +29,10 @@ class Mistakes:
         self.output = cluster.output(job)
 
     def exit_code(self, step: str) -> int:
-        """The exit code the job script echoed after `step`."""
-        found = re.search(rf"^{step} exit (\d+)$", self.output, re.MULTILINE)
-        assert found, self.output[-4000:]
-        return int(found.group(1))
+        return self.cluster.echoed_exit(self.job, step)
 
     def text(self, pattern: str) -> str:
-        """Every task's output file of one step, joined."""
-        return "".join(p.read_text() for p in sorted(self.cluster.job_dir.glob(pattern)))
+        return self.cluster.text(pattern)
 
     def reports(self, pattern: str) -> list[dict[str, Any]]:
         """The doctor's JSON reports in those files, by rank."""
