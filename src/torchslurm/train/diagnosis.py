@@ -24,6 +24,13 @@ class Peer:
     """Its process id (0: unknown); checked only from the same host and PID namespace."""
     pid_namespace: str = ""
     """/proc/self/ns/pid of its process: PIDs compare only within one namespace."""
+    hosts_store: bool = False
+    """It hosts the job's store (rank 0, or under srun the first task of the master's node)."""
+
+
+def store_peer(peers: Sequence[Peer]) -> Peer:
+    """The rank that hosts the store (rank 0 when none says so, as in torch)."""
+    return next((p for p in peers if p.hosts_store), peers[0])
 
 
 def peer_address(error_text: str) -> str | None:
@@ -63,7 +70,7 @@ def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int]
               bound_s: float | None, store: str = "ok", errors: Mapping[int, str] | None = None,
               unsure: Sequence[int] = ()) -> DistributedError:
     """The root-cause-first error (exit code 1). `silent`: ranks with a stopped heartbeat; None: the store
-    (rank 0's) could not be asked, and `store` says why: 'refused', 'timeout' or 'slow' (it accepts
+    (store_peer's) could not be asked, and `store` says why: 'refused', 'timeout' or 'slow' (it accepts
     connections but does not answer in time). `errors`: what the silent ranks that stopped on an
     error of their own said. `unsure`: ranks without a recent heartbeat that may well be alive (their
     process still runs, or the store was too slow to tell): never named as the cause."""
@@ -71,15 +78,16 @@ def diagnosis(me: Peer, error: str, peers: Sequence[Peer], silent: Sequence[int]
     late = (f"could not tell whether {describe_ranks(unsure, peers)} failed: no recent heartbeat, but "
             "heartbeats come late when the store's host is overloaded (more ranks than CPUs?), so it may be alive"
             if unsure else "")
+    host = store_peer(peers)
     if silent is None and store == "slow":
-        cause = (f"could not tell which rank failed: rank 0's store on {peers[0].host} ({peers[0].address}) "
+        cause = (f"could not tell which rank failed: rank {host.rank}'s store on {host.host} ({host.address}) "
                  "accepts connections but answers too slowly to read the heartbeats (an overloaded host: more "
                  "ranks than CPUs?)")
     elif silent is None and store == "refused":
-        cause = (f"rank 0 on {peers[0].host} ({peers[0].address}) died: its host answers but its store "
+        cause = (f"rank {host.rank} on {host.host} ({host.address}) died: its host answers but its store "
                  "refuses connections")
     elif silent is None:
-        cause = (f"rank 0's host {peers[0].host} ({peers[0].address}) is unreachable from {me.host}: "
+        cause = (f"rank {host.rank}'s host {host.host} ({host.address}) is unreachable from {me.host}: "
                  "that node or the network between the nodes is down")
     elif silent:
         errors = errors or {}

@@ -15,9 +15,10 @@ So every rank also runs a heartbeat thread: a counter in the job's TCPStore, bum
 (no clock comparison across nodes), and the ranks whose counter did not move are the root cause:
 "rank 3 on node2 stopped responding". A rank that saw the failure says so in the store first: it
 is alive even if it has finished its own diagnosis and exited before the reporter's second read.
-When the store itself cannot be reached, rank 0's host (the store's) is unreachable from here.
+When the store itself cannot be reached, its host (rank 0's, or under srun the first task's of the
+master's node) is unreachable from here.
 The lowest rank that still answers reports the full message; the others raise a one-line pointer
-to it, so the job log shows one explanation. A rank 0 that hosts the store waits (briefly) for the
+to it, so the job log shows one explanation. The rank that hosts the store waits (briefly) for the
 others' diagnoses before it exits and takes the store with it.
 
 The watchdog never guesses and never ends a healthy run. On a loaded host (more ranks than CPUs)
@@ -45,7 +46,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from torchslurm.errors import DistributedError
-from torchslurm.train.diagnosis import Peer, diagnosis, first_sentence, silent_ranks
+from torchslurm.train.diagnosis import Peer, diagnosis, first_sentence, silent_ranks, store_peer
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -125,7 +126,7 @@ class Watchdog:
         import torch.distributed as dist
 
         me = Peer(self.ctx.rank, socket.gethostname(), _own_address(self.ctx.env.master_addr), os.getpid(),
-                  _pid_namespace())
+                  _pid_namespace(), self.ctx.env.hosts_store)
         gathered: list[Peer | None] = [None] * self.ctx.world_size
         try:
             dist.all_gather_object(gathered, me)
@@ -240,14 +241,14 @@ class Watchdog:
         silent = (None if before is None or after is None or stages is None
                   else silent_ranks(before, after, [rank for rank, stage in stages.items() if stage]))
         store = self.store_reachability() if silent is None else "ok"
-        if (store == "ok" and silent is None) or (store == "timeout" and self.peers[0].host == me.host):
+        if (store == "ok" and silent is None) or (store == "timeout" and store_peer(self.peers).host == me.host):
             store = "slow"  # it takes connections (or is on this very host) but did not answer in time
         errors = self._errors_of(silent) if silent else {}
         unsure = [rank for rank in silent or () if rank not in errors and self._maybe_alive(self.peers[rank])]
         silent = None if silent is None else [rank for rank in silent if rank not in unsure]
         found = diagnosis(me, str(error), self.peers, silent, self.bound_s, store, errors, unsure)
-        if silent is None:  # no store, no agreement: the lowest rank other than 0 on each host reports
-            mine = [p.rank for p in self.peers if p.host == me.host and p.rank != 0]
+        if silent is None:  # no store, no agreement: the lowest rank other than the store's on each host reports
+            mine = [p.rank for p in self.peers if p.host == me.host and p is not store_peer(self.peers)]
             reporter = not mine or mine[0] == me.rank
         else:
             alive = [p.rank for p in self.peers if p.rank not in silent and p.rank not in unsure]
@@ -280,7 +281,7 @@ class Watchdog:
                 self.on_failure()
             found, reporter = self.diagnose(exc)
             self._mark_failure_stage()
-            if self.ctx.rank == 0 and not self.ctx.env.agent_store:
+            if self.ctx.env.hosts_store:
                 self._wait_for_the_others_diagnoses()
             if reporter:
                 raise found from exc
@@ -290,7 +291,7 @@ class Watchdog:
                 "look for 'stopped responding' or 'unreachable' in the job log.", exit_code=1) from exc
 
     def _wait_for_the_others_diagnoses(self) -> None:
-        """Keep rank 0's store up until every rank that is still alive has diagnosed (bounded)."""
+        """Keep the store up (this rank hosts it) until every rank still alive has diagnosed (bounded)."""
         deadline = self._clock() + 2 * self.interval_s + 2 * self.timeouts.diagnosis_s
         while self._clock() < deadline:
             before = self.counters()

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from torchslurm.train.diagnosis import Peer, describe_ranks, diagnosis, first_sentence, peer_address, silent_ranks
+from torchslurm.train.diagnosis import (
+    Peer,
+    describe_ranks,
+    diagnosis,
+    first_sentence,
+    peer_address,
+    silent_ranks,
+    store_peer,
+)
 
 PEERS = [Peer(0, "node1", "198.18.0.11"), Peer(1, "node1", "198.18.0.11"),
          Peer(2, "node2", "198.18.0.12"), Peer(3, "node2", "198.18.0.12")]
@@ -78,3 +86,14 @@ def test_a_rank_that_may_be_alive_is_not_named_as_the_cause() -> None:
     both = str(diagnosis(PEERS[0], TIMEOUT, PEERS, [2], 300.0, unsure=[3]))
     assert both.startswith("rank 2 on node2 (198.18.0.12) stopped responding (no heartbeat)")
     assert "; could not tell whether rank 3 on node2" in both
+
+
+def test_a_store_hosted_by_another_rank_than_0_is_named_with_its_host() -> None:
+    """Under srun with SLURM_HOSTFILE, node1's first task (rank 2 here) hosts the store, not rank 0 on node2."""
+    peers = [Peer(0, "node2", "198.18.0.12"), Peer(1, "node2", "198.18.0.12"),
+             Peer(2, "node1", "198.18.0.11", hosts_store=True), Peer(3, "node1", "198.18.0.11")]
+    assert store_peer(peers) is peers[2] and store_peer(peers[:2]) is peers[0]
+    gone = diagnosis(peers[0], "Connection reset by peer", peers, None, 60, store="refused")
+    assert "rank 2 on node1 (198.18.0.11) died: its host answers but its store refuses connections" in gone.message
+    cut = diagnosis(peers[0], "timed out", peers, None, 60, store="timeout")
+    assert "rank 2's host node1 (198.18.0.11) is unreachable from node2" in cut.message
