@@ -64,9 +64,10 @@ def drive(cluster: Cluster, job: str, timeout_s: float = 150) -> tuple[str, int]
         requeued = (requeued or time.monotonic()) if waiting else None
         # Not in the second of the requeue: slurmd revoked the old run's credential then, and a start
         # within the same second is refused ("Killing non-startable batch job: Job credential revoked",
-        # the job ends FAILED). Then again and again: an update while the old run is still completing
+        # the job ends FAILED); the revocation came before the job was seen waiting, so over 1 s after
+        # that is a later second. Then again and again: an update while the old run is still completing
         # is accepted but has no effect.
-        if waiting and time.monotonic() - (requeued or 0) > 2 and time.monotonic() - hurried > 1:
+        if waiting and time.monotonic() - (requeued or 0) > 1 and time.monotonic() - hurried > 1:
             cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
             hurried = time.monotonic()
         elif state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
