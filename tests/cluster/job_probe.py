@@ -1,6 +1,8 @@
 """A tiny rank for job tests: says where it runs and what argv it got, reports signals, sleeps.
 
-No torch: it starts in milliseconds. PROBE_SLEEP_S (env) sets how long it stays up.
+No torch: it starts in milliseconds. PROBE_SLEEP_S (env) sets how long it stays up at most;
+PROBE_AFTER_SIGNAL_S ends it that many seconds after the first signal it reports, and PROBE_STOP_FILE
+as soon as that file exists (a test that has seen what it needed lets the job end at once).
 """
 
 import json
@@ -14,8 +16,12 @@ rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "?"))
 world = os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "?"))
 
 
+signalled: list[float] = []
+
+
 def on_signal(signum: int, frame: object) -> None:
     print(f"rank {rank} got {signal.Signals(signum).name}\n", end="", flush=True)
+    signalled.append(time.monotonic())
 
 
 for sig in (signal.SIGUSR1, signal.SIGUSR2):
@@ -23,6 +29,10 @@ for sig in (signal.SIGUSR1, signal.SIGUSR2):
 print(f"rank {rank} of {world} on {socket.gethostname()} pid {os.getpid()} argv={json.dumps(sys.argv[1:])}\n",
       end="", flush=True)
 deadline = time.monotonic() + float(os.environ.get("PROBE_SLEEP_S", "0"))
-while time.monotonic() < deadline:
+after_signal = float(os.environ.get("PROBE_AFTER_SIGNAL_S", "inf"))
+stop_file = os.environ.get("PROBE_STOP_FILE")
+while time.monotonic() < min(deadline, signalled[0] + after_signal if signalled else deadline):
+    if stop_file and os.path.exists(stop_file):
+        break
     time.sleep(0.05)
 print(f"rank {rank} done\n", end="", flush=True)

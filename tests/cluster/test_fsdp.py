@@ -6,12 +6,14 @@ background, waited for), requeues itself and resumes to bitwise the same weights
 uninterrupted FSDP job; and examples/gpt.py trains under `torchslurm submit`.
 
 This file is also the jobs' rank program: `python test_fsdp.py run_dir=DIR [step_sleep=S]` trains a
-tiny GPT with the Trainer's own preemption and watchdog, and exits with FitResult.exit_code.
+tiny GPT with the Trainer's own preemption and watchdog, and exits with FitResult.exit_code. The
+sleep is for the test to signal the first run; a requeued run (SLURM_RESTART_COUNT > 0) goes at full speed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -43,7 +45,7 @@ def rank_main(args: dict[str, str]) -> int:
     from torchslurm.train.text import stdlib_text
     from torchslurm.train.trainer import TrainConfig, Trainer, seed_everything
 
-    sleep_s = float(args.get("step_sleep", 0))
+    sleep_s = float(args.get("step_sleep", 0)) if int(os.environ.get("SLURM_RESTART_COUNT") or 0) == 0 else 0.0
 
     def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if sleep_s and torch.is_grad_enabled():  # training steps only: gives the test time to signal

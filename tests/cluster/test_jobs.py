@@ -55,8 +55,10 @@ def probe_flags(cluster: Cluster, sleep_s: float, *extra: str) -> list[str]:
 
 
 def test_submit_status_logs_2x2(cluster: Cluster) -> None:
+    stop = cluster.job_dir / "stop"  # the ranks stay up until the running job has been looked at
     result = cli(cluster, "submit", "--name", "probe", "--nodes", "2", "--tasks-per-node", "2",
-                 *probe_flags(cluster, 10), "--run-dir", str(cluster.job_dir), str(PROBE), "--epochs", "1")
+                 *probe_flags(cluster, 60, "--env", f"PROBE_STOP_FILE={stop}"), "--run-dir", str(cluster.job_dir),
+                 str(PROBE), "--epochs", "1")
     assert result.returncode == 0, result.stderr
     job_id = re.search(r"submitted job (\d+)", result.stdout).group(1)  # type: ignore[union-attr]
     cluster.job_ids.append(job_id)
@@ -68,6 +70,7 @@ def test_submit_status_logs_2x2(cluster: Cluster) -> None:
     assert f"job {job_id} (probe): RUNNING" in running.stdout
     record("squeue_running.txt", cluster.run(["squeue", "-h", "-o", SQUEUE_FORMAT, "-j", job_id]).stdout)
     record("scontrol_running.txt", cluster.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+    stop.touch()
 
     assert cluster.wait(job_id, timeout_s=90) == "COMPLETED"
     done = cli(cluster, "status", job_id)
@@ -144,8 +147,9 @@ def test_hostile_values_reach_slurm_and_python_as_data(cluster: Cluster) -> None
 def test_torchrun_mode_signal_reaches_workers_not_agent(cluster: Cluster) -> None:
     """--signal without B: reaches the workers under torchrun; the agent ignores it and lives on."""
     job = submit(JobSpec(script=str(PROBE), name="trsig", nodes=2, launch="torchrun", nproc_per_node=2,
-                         cpus_per_task=2, python=cluster.python, env={"PROBE_SLEEP_S": "15"}, time="5",
-                         preemptible=True, grace_s=60, signal="USR2"),
+                         cpus_per_task=2, python=cluster.python, time="5", preemptible=True, grace_s=60, signal="USR2",
+                         # up until the signal (or 60 s), then 2 s more: the agent must outlive the signal
+                         env={"PROBE_SLEEP_S": "60", "PROBE_AFTER_SIGNAL_S": "2"}),
                  run_dir=cluster.job_dir, client=SlurmClient(environ=cluster.environ))
     cluster.job_ids.append(job.id)
     deadline = time.monotonic() + 60

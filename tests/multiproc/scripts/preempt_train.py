@@ -10,6 +10,8 @@ key=value arguments (all optional but run_dir):
   raise_at=RANK:STEP  — that rank raises ValueError at that boundary instead (an error of its own);
   ballast_mb=N        — a frozen parameter of N MiB: makes checkpoints large (kill -9 mid-save);
   step_sleep=S        — sleep S seconds per step (gives tests time to act mid-training);
+  requeued_step_sleep=S — the same in a run after a Slurm requeue (SLURM_RESTART_COUNT > 0), step_sleep
+                        unless given: 0 where the test has done its part by then, so the rest runs at full speed;
   timeout_s=S         — the process group timeout (torchslurm.init), the bound on a hang.
 A peer failure ends every rank with one root-cause message (torchslurm.train.watchdog); then
 local rank 0 of each node requeues the job (within TORCHSLURM_MAX_REQUEUES; under torchrun only
@@ -77,6 +79,8 @@ def train(args: dict[str, str]) -> int:
         stop = preemption.Preemption(
             preemption.preemption_config(os.environ, run=run_command_status if ctx.rank == 0 else None))
         sleep_s = float(args.get("step_sleep", 0))
+        if int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0:
+            sleep_s = float(args.get("requeued_step_sleep", sleep_s))
         who, _, when = args.get("signal_at", "-1:-1").partition(":")
         sig = signal.Signals["SIG" + args.get("signal", stop.config.signal).upper().removeprefix("SIG")]
         trainer: Trainer
