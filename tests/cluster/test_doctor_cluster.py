@@ -148,6 +148,7 @@ srun --output={cluster.job_dir}/task-%t.json {cluster.python} -m torchslurm doct
     assert state == "COMPLETED", out[-4000:]
     shell = checks(json.loads(next(line for line in out.splitlines() if line.startswith("{"))))["gpus"]
     assert shell["status"] == "warn", shell
+    assert shell["detail"].startswith("Slurm gave this task GPUs") and "CPU-only build" in shell["detail"]
     assert "SLURM_GPUS_ON_NODE=4 but SLURM_TASKS_PER_NODE=1(x2)" in shell["detail"]
     assert "3 GPU(s) stay idle" in shell["detail"] and "--ntasks-per-node=4" in shell["hint"]
     tasks = [json.loads(p.read_text()) for p in sorted(cluster.job_dir.glob("task-*.json"))]

@@ -72,11 +72,12 @@ def check_gpus(facts: Facts) -> Check:
     env = placement(facts.environ)
     if env is None:
         return skipped("gpus")
-    if facts.torch is not None and (
-            unseen := devices.gpus_unseen(facts.environ, facts.torch.cuda_device_count, facts.torch.cuda)):
-        return Check("gpus", "warning", unseen.message, unseen.hint or "", "cpu")  # wherever the doctor runs
+    unseen = None if facts.torch is None else devices.gpus_unseen(facts.environ, facts.torch.cuda_device_count,
+                                                                  facts.torch.cuda)
     if env.launcher == "batch":
-        return _batch_gpus(facts.environ)
+        return _with_unseen(_batch_gpus(facts.environ), unseen)
+    if unseen is not None:
+        return Check("gpus", "warning", unseen.message, unseen.hint or "", "cpu")
     allocated = devices.slurm_gpus(facts.environ)
     if facts.torch is None:
         return Check("gpus", "warning", f"cannot count CUDA devices without torch ({allocated or 'no GPU variables'}).",
@@ -238,6 +239,16 @@ def _batch_gpus(environ: Mapping[str, str]) -> Check:
                      "than GPUs per node; two NCCL ranks on one GPU hang or crash.",
                      f"#SBATCH --ntasks-per-node={gpus}, or request --gpus-per-node={tasks}.", str(gpus))
     return Check("gpus", "ok", f"{gpus} GPU(s) and {tasks} task(s) per node: one rank per GPU.", value=str(gpus))
+
+
+def _with_unseen(check: Check, unseen: EnvError | None) -> Check:
+    """The batch shell's GPU check, led by Slurm GPUs that torch does not see (init() warns of them too)."""
+    if unseen is None:
+        return check
+    if check.status == "ok":
+        return Check("gpus", "warning", unseen.message, unseen.hint or "", "cpu")
+    return Check("gpus", "warning", f"{unseen.message} Also: {check.detail}", f"{unseen.hint} {check.hint}",
+                 check.value)
 
 
 def _last_error(output: str) -> str:

@@ -136,6 +136,10 @@ def test_gpus_torch_cannot_see_are_found_wherever_the_doctor_runs(environ: dict[
     check = doctor.check_gpus(facts(environ, torch=CPU_TORCH))
     assert check.status == "warning" and "torch sees no CUDA device" in check.detail
     assert "CPU-only build" in check.detail and "CUDA build of torch" in check.hint
+    both = doctor.check_gpus(facts({**BATCH, "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_GPUS_ON_NODE": "4"},
+                                   torch=CPU_TORCH))  # and one task per node for 4 GPUs: both said
+    assert both.detail.startswith("Slurm gave this task GPUs") and "3 GPU(s) stay idle" in both.detail
+    assert "CUDA build of torch" in both.hint and "--ntasks-per-node=4" in both.hint
 
 
 def test_gpus_cannot_be_counted_without_torch() -> None:
