@@ -115,8 +115,9 @@ def preemption_config(environ: Mapping[str, str], run: Runner | SlurmClient | No
     TORCHSLURM_PREEMPT_SIGNAL, TORCHSLURM_MAX_REQUEUES and TORCHSLURM_GRACE_S come from the
     generated sbatch script, TORCHSLURM_MAX_EXCLUDED_NODES (default 4), TORCHSLURM_CHECK_EVERY and
     TORCHSLURM_CHECK_PERIOD_S (how often the ranks agree) from you; the end time from
-    TORCHSLURM_END_TIME (unix seconds, an override), SLURM_JOB_END_TIME, or — when `run` is given — `scontrol show job`'s EndTime. Only rank 0
-    needs a deadline (the all_reduce spreads its decision), so pass `run` on rank 0 only.
+    TORCHSLURM_END_TIME (unix seconds, an override), SLURM_JOB_END_TIME, or — when `run` is given —
+    `scontrol show job`'s EndTime. Only rank 0 needs a deadline (the all_reduce spreads its decision),
+    so pass `run` on rank 0 only.
     """
     values: dict[str, Any] = {
         "signal": environ.get("TORCHSLURM_PREEMPT_SIGNAL", DEFAULT_SIGNAL),
