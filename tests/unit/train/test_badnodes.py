@@ -70,7 +70,8 @@ def test_the_fault_names_the_rank_and_its_error() -> None:
 
 def test_the_job_s_nodes_from_a_recorded_scontrol_show_job() -> None:
     # sbatch -N2 --exclude=node3,node4 on the sandbox
-    assert job_nodes(parse_scontrol(fixture("scontrol_excluded.txt"))) == JobNodes(("debug",), 2, ("node3", "node4"), ())
+    excluded = job_nodes(parse_scontrol(fixture("scontrol_excluded.txt")))
+    assert excluded == JobNodes(("debug",), 2, ("node3", "node4"), ())
     running = job_nodes(parse_scontrol(fixture("scontrol_running.txt")))
     assert (running.excluded, running.required) == ((), ())
     assert job_nodes({"Partition": "a,b", "NumNodes": "2-4", "ReqNodeList": "n[1-2]"}) == \
