@@ -41,6 +41,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"  exit:     {st.exit_code}")
     if st.restarts:
         print(f"  restarts: {st.restarts}")
+    if st.excluded:
+        print(f"  excluded: {st.excluded} (ExcNodeList: --exclude, or nodes a node-level failure took out)")
     print(f"  stdout:   {st.stdout}")
     if st.stderr and st.stderr != st.stdout:
         print(f"  stderr:   {st.stderr}")

@@ -195,12 +195,27 @@ def check_controller(facts: Facts) -> Check:
                  f"`scontrol ping` (exit {code}): {seen}: {effect}.", hint)
 
 
+def check_excluded_nodes(facts: Facts) -> list[Check]:
+    """Which nodes the job may not use (ExcNodeList): its --exclude, and the nodes a node-level failure
+    took out of a requeued attempt (train.badnodes). Nothing when not asked."""
+    if facts.excluded_nodes is None:
+        return []
+    job = facts.environ.get("SLURM_JOB_ID", "?")
+    if not facts.excluded_nodes:
+        return [Check("excluded_nodes", "ok", f"job {job} excludes no node.")]
+    return [Check("excluded_nodes", "info", f"job {job} excludes {facts.excluded_nodes} (ExcNodeList): its "
+                  "--exclude, or nodes a node-level failure of an earlier attempt took out (its log says which "
+                  "and why).", "`scontrol update JobId=JOB ExcNodeList=...` while it pends changes the list.",
+                  facts.excluded_nodes)]
+
+
 def run_checks(facts: Facts, backend: str | None = None) -> list[Check]:
     """Every check, in the order a user reads them."""
     return [check_placement(facts), check_torch(facts), check_gpus(facts), check_cpus(facts),
             check_backend(facts, backend),
             check_master_addr(facts), check_master_port(facts), *check_interfaces(facts, backend),
-            check_nccl_env(facts), check_slurm_commands(facts), check_controller(facts)]
+            check_nccl_env(facts), check_slurm_commands(facts), check_controller(facts),
+            *check_excluded_nodes(facts)]
 
 
 def report(facts: Facts, checks: Sequence[Check]) -> Report:

@@ -85,6 +85,9 @@ class Facts:
     controller: tuple[int, str] | None = None
     """`scontrol ping`'s exit code and output (stdout, then stderr); None when not asked (no
     scontrol on PATH, or not the first rank of its node: one ping per node)."""
+    excluded_nodes: str | None = None
+    """The job's ExcNodeList ('' when none: `scontrol show job`); None when not asked (outside a job,
+    not the first rank of its node, or Slurm did not answer)."""
     python: str = ""
     """sys.executable."""
     usable_cpus: int = 0

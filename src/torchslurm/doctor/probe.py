@@ -57,7 +57,19 @@ def gather(environ: Mapping[str, str], which: Callable[[str], str | None] | None
         commands={name: which(name) for name in doctor.SLURM_COMMANDS}, python=sys.executable,
         usable_cpus=devices.usable_cpus(),
         controller=_ping_controller(which("scontrol"), environ) if env is None or env.local_rank == 0 else None,
+        excluded_nodes=_excluded_nodes(which("scontrol"), environ) if env is not None and env.local_rank == 0 else None,
     )
+
+
+def _excluded_nodes(scontrol: str | None, environ: Mapping[str, str]) -> str | None:
+    """This job's ExcNodeList ('' when none); None outside a job, without scontrol, or when Slurm does not answer."""
+    job = environ.get("SLURM_JOB_ID")
+    if scontrol is None or not job:
+        return None
+    try:
+        return slurm.SlurmClient(environ=environ).status(job).excluded
+    except SlurmError:
+        return None
 
 
 def check_connect(environ: MutableMapping[str, str], backend: str | None = None, timeout_s: float = 30.0) -> Check:

@@ -125,6 +125,8 @@ class JobStatus:
     restarts: int = 0
     tasks: int = 0
     """Slurm tasks of the job (scontrol's NumTasks; one per rank in srun mode); 0 when not known."""
+    excluded: str = ""
+    """Its ExcNodeList (--exclude, and nodes a failed attempt excluded: train.badnodes); '' when none."""
 
     @property
     def finished(self) -> bool:
@@ -268,7 +270,8 @@ def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
                      exit_code=fields.get("ExitCode", ""), elapsed=fields.get("RunTime", ""),
                      time_limit=fields.get("TimeLimit", ""), stdout=fields.get("StdOut", ""),
                      stderr=fields.get("StdErr", ""), restarts=int(restarts) if restarts.isdigit() else 0,
-                     tasks=int(tasks) if tasks.isdigit() else 0)
+                     tasks=int(tasks) if tasks.isdigit() else 0,
+                     excluded="" if fields.get("ExcNodeList", "(null)") == "(null)" else fields["ExcNodeList"])
 
 
 class SlurmClient:
@@ -344,6 +347,19 @@ class SlurmClient:
                 f"`scontrol requeue {job_id}` failed ({result.returncode}): {result.stderr.strip()}.",
                 "submit with --requeue (torchslurm does when preemptible: true), and check that JobRequeue is "
                 "not 0 in slurm.conf; the checkpoint is saved, so resubmitting resumes.")
+
+    def exclude_nodes(self, job_id: str, nodes: str, timeout_s: float = 60) -> None:
+        """`scontrol update JobId=JOB ExcNodeList=NODES` (a hostlist; the whole list, it replaces the old).
+        Slurm takes it only while the job pends (a requeued job does at once); a command killed by the
+        SIGTERM of this job's own requeue is run again once."""
+        argv = ["scontrol", "update", f"JobId={check_job_id(job_id)}", f"ExcNodeList={nodes}"]
+        result = self._call(argv, timeout_s=timeout_s, check=False)
+        if result.returncode == -SIGTERM:
+            result = self._call(argv, timeout_s=timeout_s, check=False)
+        if result.returncode != 0:
+            raise SlurmError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}.",
+                             "Slurm changes ExcNodeList only while the job is pending; `scontrol update "
+                             f"JobId={job_id} ExcNodeList=...` by hand before it starts again.")
 
     def cancel(self, job_id: str, signal: str | None = None) -> JobStatus | None:
         """scancel JOB (or send it `signal`); the job's status before, None for an array range.

@@ -26,6 +26,8 @@ class Peer:
     """/proc/self/ns/pid of its process: PIDs compare only within one namespace."""
     hosts_store: bool = False
     """It hosts the job's store (rank 0, or under srun the first task of the master's node)."""
+    node: str = ""
+    """The Slurm node name (SLURMD_NODENAME; '' outside Slurm): what ExcNodeList takes."""
 
 
 def store_peer(peers: Sequence[Peer]) -> Peer:

@@ -42,7 +42,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import FrameType, TracebackType
 from typing import Any
@@ -51,7 +51,8 @@ from torchslurm.errors import ConfigError, SlurmError, below_minimum, not_one_of
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from torchslurm.jobs.slurm import SlurmClient, run_command_status
 from torchslurm.jobs.spec import SIGNALS
-from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue, slurm_client
+from torchslurm.train.badnodes import DEFAULT_MAX_EXCLUDED_NODES, NodeFault
+from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue, requeue_excluding, slurm_client
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,9 @@ class PreemptionConfig:
     """The warning signal (`--signal` of the job spec) without the SIG prefix; SIGTERM is always handled."""
     max_requeues: int = DEFAULT_MAX_REQUEUES
     """Rank 0 requeues only while SLURM_RESTART_COUNT is below this; 0 never requeues."""
+    max_excluded_nodes: int = DEFAULT_MAX_EXCLUDED_NODES
+    """A node-level failure (train.badnodes) adds its node to the requeued job's ExcNodeList while that
+    holds at most this many nodes; 0 never excludes."""
     grace_s: float = DEFAULT_GRACE_S
     """Stop this many seconds before end_time (the fallback when the warning signal does not come)."""
     end_time: float | None = None
@@ -88,6 +92,7 @@ class PreemptionConfig:
             None if self.max_requeues >= 0 else
             below_minimum("max_requeues", self.max_requeues, 0,
                           hint=f"0 disables requeue; the default is {DEFAULT_MAX_REQUEUES}."),
+            None if self.max_excluded_nodes >= 0 else below_minimum("max_excluded_nodes", self.max_excluded_nodes, 0),
             None if self.grace_s >= 0 else
             below_minimum("grace_s", self.grace_s, 0, hint="give the seconds a checkpoint needs before the "
                           f"time limit, e.g. {DEFAULT_GRACE_S:g}."),
@@ -108,15 +113,17 @@ def preemption_config(environ: Mapping[str, str], run: Runner | SlurmClient | No
     """The config of this job from its environment.
 
     TORCHSLURM_PREEMPT_SIGNAL, TORCHSLURM_MAX_REQUEUES and TORCHSLURM_GRACE_S come from the
-    generated sbatch script, TORCHSLURM_CHECK_EVERY and TORCHSLURM_CHECK_PERIOD_S (how often
-    the ranks agree) from you; the end time from TORCHSLURM_END_TIME (unix seconds, an override),
-    SLURM_JOB_END_TIME, or — when `run` is given — `scontrol show job`'s EndTime. Only rank 0
-    needs a deadline (the all_reduce spreads its decision), so pass `run` on rank 0 only.
+    generated sbatch script, TORCHSLURM_MAX_EXCLUDED_NODES (default 4), TORCHSLURM_CHECK_EVERY and
+    TORCHSLURM_CHECK_PERIOD_S (how often the ranks agree) from you; the end time from
+    TORCHSLURM_END_TIME (unix seconds, an override), SLURM_JOB_END_TIME, or — when `run` is given —
+    `scontrol show job`'s EndTime. Only rank 0 needs a deadline (the all_reduce spreads its decision),
+    so pass `run` on rank 0 only.
     """
     values: dict[str, Any] = {
         "signal": environ.get("TORCHSLURM_PREEMPT_SIGNAL", DEFAULT_SIGNAL),
         "max_requeues": _number(environ, "TORCHSLURM_MAX_REQUEUES", DEFAULT_MAX_REQUEUES, int),
         "grace_s": _number(environ, "TORCHSLURM_GRACE_S", DEFAULT_GRACE_S, float),
+        "max_excluded_nodes": _number(environ, "TORCHSLURM_MAX_EXCLUDED_NODES", DEFAULT_MAX_EXCLUDED_NODES, int),
         "check_every": _number(environ, "TORCHSLURM_CHECK_EVERY", 1, int),
         "check_period_s": _number(environ, "TORCHSLURM_CHECK_PERIOD_S", DEFAULT_CHECK_PERIOD_S, float),
         "end_time": job_end_time(environ, run),
@@ -316,6 +323,15 @@ class Preemption:
             return
         logger.info("%s", f"requeued job {plan.target} after a peer failure ({plan.reason})" if plan.target
                     else f"not requeued after a peer failure: {plan.reason}")
+
+    def exclude_after_failure(self, faults: Sequence[NodeFault]) -> None:
+        """After a node-level failure (the watchdog's on_node_fault): requeue the job with those nodes
+        excluded, as far as train.badnodes.plan_exclusion allows, and say so in the log."""
+        try:
+            logger.warning("%s", requeue_excluding(self.environ, faults, self.config.max_requeues,
+                                                   self.config.max_excluded_nodes, self._slurm))
+        except SlurmError as exc:
+            logger.error("could not exclude %s from the next attempt: %s", faults[0].node, exc)
 
 
 class Agreement:

@@ -1,8 +1,9 @@
-"""Requeue: when the job ends (its time limit), which job to requeue (array tasks included), and whether
-rank 0 requeues after a stop or a peer failure. The decisions are pure functions of the environ; the
-Slurm commands (`scontrol requeue`, `scontrol show job`'s EndTime) are jobs.slurm.SlurmClient's, run
-through a Runner (default: jobs.slurm.run_command_status, which never raises: a stopping rank logs a
-failed command instead) or a SlurmClient given as it is."""
+"""Requeue: when the job ends (its time limit), which job to requeue (array tasks included), whether
+rank 0 requeues after a stop or a peer failure, and a requeue that leaves bad nodes out
+(train.badnodes). The decisions are pure functions of the environ; the Slurm commands (`scontrol
+requeue`, `scontrol show job`'s EndTime, `scontrol update ... ExcNodeList`) are
+jobs.slurm.SlurmClient's, run through a Runner (default: jobs.slurm.run_command_status, which never
+raises: a stopping rank logs a failed command instead) or a SlurmClient given as it is."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchslurm.errors import ConfigError, SlurmError
+from torchslurm.errors import ConfigError, SlurmError, TorchSlurmError
+from torchslurm.hostlist import compress
 from torchslurm.jobs.slurm import SlurmClient, run_command_status
 from torchslurm.runtime.slurmlayout import slurm_job_id
+from torchslurm.train.badnodes import NodeFault, job_nodes, plan_exclusion
 
 if TYPE_CHECKING:
     from torchslurm.runtime.distenv import DistEnv
@@ -107,3 +110,31 @@ def requeue(plan: RequeuePlan, run: Runner | SlurmClient = run_command_status, t
     SlurmError when Slurm refuses (or does not answer in time)."""
     if plan.target is not None:
         slurm_client(run).requeue(plan.target, timeout_s)
+
+
+def requeue_excluding(environ: Mapping[str, str], faults: Sequence[NodeFault], max_requeues: int,
+                      max_excluded: int, run: Runner | SlurmClient = run_command_status,
+                      timeout_s: float = 5.0) -> str:
+    """Requeue the job (within max_requeues) with the faulty nodes in its ExcNodeList, as far as
+    plan_exclusion allows; the log line. The job and its partition are read first: once requeued,
+    Slurm sends this job's processes SIGTERM, which may kill a command under way. Slurm takes
+    ExcNodeList only from a pending job, hence the order: requeue (or someone else did), then update.
+    Raises SlurmError when Slurm cannot be asked or refuses the update."""
+    plan = plan_requeue(environ, max_requeues, wanted=True)
+    if plan.target is None:
+        return f"excluded no node ({', '.join(f.reason for f in faults)}): not requeued, {plan.reason}"
+    client = slurm_client(run)
+    try:
+        job = job_nodes(client.show_job(plan.target, timeout_s))
+    except TorchSlurmError as exc:  # SlurmError, or HostlistError for a list we cannot read
+        raise SlurmError(f"cannot read job {plan.target}'s nodes to exclude {faults[0].node}: {exc.message}",
+                         exc.hint) from exc
+    listed = client.partition_nodes(",".join(job.partitions) or None)
+    exclusion = plan_exclusion(faults, job, None if listed is None else [n.name for n in listed], max_excluded)
+    try:
+        requeue(plan, client, timeout_s)
+    except SlurmError as exc:  # a peer requeued first: the job pends all the same
+        logger.debug("requeue before excluding nodes: %s", exc)
+    if exclusion.exclude:
+        client.exclude_nodes(plan.target, compress(exclusion.exclude), timeout_s)
+    return f"{exclusion.message} (job {plan.target}, {plan.reason})"

@@ -159,7 +159,8 @@ class Trainer:
         stack.enter_context(preemption)
         if self._ctx is not None and self._ctx.world_size > 1:
             requeue = preemption.requeue_after_failure if requeues_after_failure(self._ctx.env) else None
-            dog = stack.enter_context(Watchdog(self._ctx, bound_s=self._ctx.timeout_s, on_failure=requeue))
+            dog = stack.enter_context(Watchdog(self._ctx, bound_s=self._ctx.timeout_s, on_failure=requeue,
+                                               on_node_fault=preemption.exclude_after_failure))
             stack.enter_context(dog.guard())
 
     def _fit(self) -> FitResult:

@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from torchslurm.errors import DistributedError
+from torchslurm.train.badnodes import NodeFault, fault_of, own_error, silent_nodes, unreachable_fault
 from torchslurm.train.diagnosis import Peer, diagnosis, first_sentence, silent_ranks, store_peer
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class Watchdog:
 
     def __init__(self, ctx: DistContext, interval_s: float = DEFAULT_INTERVAL_S,
                  bound_s: float | None = None, on_failure: Callable[[], None] | None = None, *,
+                 on_node_fault: Callable[[Sequence[NodeFault]], None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
                  timeouts: WatchdogTimeouts | None = None) -> None:
         self.ctx, self.interval_s = ctx, interval_s
@@ -109,6 +111,11 @@ class Watchdog:
         """The process group timeout, quoted in the message (None: not quoted)."""
         self.on_failure = on_failure
         """Called once on a detected failure before raising (e.g. requeue the job)."""
+        self.on_node_fault = on_node_fault
+        """Called when a failure points at a node (train.badnodes): this rank's own CUDA or NCCL error, or a
+        node found dead; e.g. requeue the job without it (Preemption.exclude_after_failure)."""
+        self.faults: list[NodeFault] = []
+        """The dead nodes the last diagnosis found."""
         self.peers: list[Peer] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -126,7 +133,7 @@ class Watchdog:
         import torch.distributed as dist
 
         me = Peer(self.ctx.rank, socket.gethostname(), _own_address(self.ctx.env.master_addr), os.getpid(),
-                  _pid_namespace(), self.ctx.env.hosts_store)
+                  _pid_namespace(), self.ctx.env.hosts_store, os.environ.get("SLURMD_NODENAME", ""))
         gathered: list[Peer | None] = [None] * self.ctx.world_size
         try:
             dist.all_gather_object(gathered, me)
@@ -168,7 +175,18 @@ class Watchdog:
             # it in a collective say so instead of "stopped responding".
             summary = f"{type(exc).__name__}: {first_sentence(str(exc))}"[:300]
             self._ask_store(lambda store: store.set(_ERROR.format(self.ctx.rank), summary))
+            self._node_fault(fault_of(self._node, self.ctx.rank, str(exc)))
         self.stop()
+
+    @property
+    def _node(self) -> str:
+        me = self.peers[self.ctx.rank] if self.peers else None
+        return (me.node or me.host) if me else os.environ.get("SLURMD_NODENAME", "") or socket.gethostname()
+
+    def _node_fault(self, *faults: NodeFault | None) -> None:
+        found = [f for f in faults if f is not None]
+        if found and self.on_node_fault is not None:
+            self.on_node_fault(found)
 
     def _beat(self, store: Store) -> None:
         key = _BEAT.format(self.ctx.rank)
@@ -221,9 +239,13 @@ class Watchdog:
     def store_reachability(self) -> str:
         """'ok', 'refused' (rank 0's host answers, its store is gone: rank 0 died) or 'timeout'
         (the host does not answer: it, or this node, is cut off)."""
-        env = self.ctx.env
+        return self._reachability(self.ctx.env.master_addr)
+
+    def _reachability(self, address: str) -> str:
+        """store_reachability for `address` at the store's port: on another host nothing listens there,
+        so a live host refuses and only a dead or cut-off one lets the connection time out."""
         try:
-            socket.create_connection((env.master_addr, env.master_port), timeout=self.timeouts.diagnosis_s).close()
+            socket.create_connection((address, self.ctx.env.master_port), timeout=self.timeouts.diagnosis_s).close()
         except ConnectionRefusedError:
             return "refused"
         except OSError:
@@ -247,6 +269,10 @@ class Watchdog:
         unsure = [rank for rank in silent or () if rank not in errors and self._maybe_alive(self.peers[rank])]
         silent = None if silent is None else [rank for rank in silent if rank not in unsure]
         found = diagnosis(me, str(error), self.peers, silent, self.bound_s, store, errors, unsure)
+        self.faults = [unreachable_fault(p, me.host) for p in silent_nodes(self.peers, silent or [], errors)
+                       if self._reachability(p.address) == "timeout"]
+        if silent is None and store == "timeout":
+            self.faults.append(unreachable_fault(store_peer(self.peers), me.host))
         if silent is None:  # no store, no agreement: the lowest rank other than the store's on each host reports
             mine = [p.rank for p in self.peers if p.host == me.host and p is not store_peer(self.peers)]
             reporter = not mine or mine[0] == me.rank
@@ -269,6 +295,8 @@ class Watchdog:
         try:
             yield
         except RuntimeError as exc:  # DistBackendError and Gloo's errors are RuntimeErrors
+            if own_error(str(exc)):
+                raise  # this rank's own CUDA error: __exit__ names it to the others, who diagnose
             # The last resort of "never hang": if requeue, diagnosis or the teardown of a process
             # group with dead peers blocks, exit anyway, with every thread's stack on stderr. A C
             # thread: it fires even while a blocked call holds the GIL.
@@ -281,6 +309,7 @@ class Watchdog:
                 self.on_failure()
             found, reporter = self.diagnose(exc)
             self._mark_failure_stage()
+            self._node_fault(fault_of(self._node, self.ctx.rank, str(exc)), *(self.faults if reporter else ()))
             if self.ctx.env.hosts_store:
                 self._wait_for_the_others_diagnoses()
             if reporter:

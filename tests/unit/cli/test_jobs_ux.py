@@ -312,6 +312,19 @@ def test_status_says_a_pending_reason_in_words(monkeypatch: pytest.MonkeyPatch,
     assert "  reason:   JobHeldUser (held by its owner: `scontrol release JOB` lets it start)\n" in said
 
 
+def test_status_shows_the_nodes_a_job_excludes(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.status", lambda self, job: _recorded_status(
+        "scontrol_excluded.txt"))
+    assert main(["status", "31"]) == 0
+    assert "  excluded: node[3-4] (ExcNodeList: --exclude, or nodes a node-level failure took out)\n" in \
+        capsys.readouterr().out
+    monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.status", lambda self, job: _recorded_status(
+        "scontrol_held.txt"))
+    assert main(["status", "26"]) == 0
+    assert "excluded" not in capsys.readouterr().out
+
+
 def test_cancel_of_a_job_that_already_ended_says_so(monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.cancel", lambda self, job, signal=None: _recorded_status(

@@ -286,3 +286,15 @@ def test_cpus_more_ranks_than_the_nodes_cpus_is_a_warning() -> None:
     crowded = doctor.check_cpus(facts({**SRUN, "SLURM_CPUS_ON_NODE": "1"}, usable_cpus=4))
     assert crowded.status == "warning" and "2 ranks on this node but SLURM_CPUS_ON_NODE=1" in crowded.detail
     assert doctor.check_cpus(facts({}, usable_cpus=4)).status == "ok"
+
+
+def test_the_nodes_a_job_excludes_are_shown_and_not_asked_outside_a_job() -> None:
+    f = facts(SRUN, excluded_nodes="node[3-4]")
+    [check] = doctor.check_excluded_nodes(f)
+    assert (check.status, check.value) == ("info", "node[3-4]")
+    assert check.detail.startswith("job 42 excludes node[3-4] (ExcNodeList): its --exclude, or nodes a node-level "
+                                   "failure of an earlier attempt took out")
+    assert doctor.run_checks(f)[-1] == check
+    assert doctor.check_excluded_nodes(facts(SRUN, excluded_nodes="")) == [
+        doctor.Check("excluded_nodes", "ok", "job 42 excludes no node.")]
+    assert doctor.check_excluded_nodes(facts(SRUN)) == []  # not asked: no line

@@ -274,3 +274,18 @@ def test_requeue_runs_scontrol_and_a_refusal_carries_its_fix() -> None:
     with pytest.raises(SlurmError, match=r"^`scontrol requeue 9` failed \(1\): .*presently disabled\. HINT: submit "
                        r"with --requeue"):
         SlurmClient(run=refused).requeue("9")
+
+
+def test_excluded_nodes_are_read_and_written_through_the_seam() -> None:
+    assert status_from_scontrol(parse_scontrol(fixture("scontrol_excluded.txt"))).excluded == "node[3-4]"
+    assert status_from_scontrol(parse_scontrol(fixture("scontrol_running.txt"))).excluded == ""  # (null)
+    run = FakeRun({"scontrol": (0, "", "")})
+    SlurmClient(run=run).exclude_nodes("31", "node[2-4]")
+    assert run.calls == [["scontrol", "update", "JobId=31", "ExcNodeList=node[2-4]"]]
+    killed = FakeRun({"scontrol": (-15, "", "")})  # by the SIGTERM of the job's own requeue: tried once more
+    with pytest.raises(SlurmError, match=r"^scontrol update JobId=31 ExcNodeList=node2 failed \(-15\)"):
+        SlurmClient(run=killed).exclude_nodes("31", "node2")
+    assert len(killed.calls) == 2
+    running = FakeRun({"scontrol": (1, "", "Job is no longer pending execution for job 31")})  # seen on the sandbox
+    with pytest.raises(SlurmError, match=r"no longer pending execution.*HINT: Slurm changes ExcNodeList only while"):
+        SlurmClient(run=running).exclude_nodes("31", "node2")

@@ -122,3 +122,29 @@ def test_a_refusal_carries_its_fix_as_the_hint() -> None:
 def test_an_array_task_with_an_empty_job_id_is_no_job() -> None:
     assert requeue_target({"SLURM_JOB_ID": ""}) is None
     assert plan_requeue({"SLURM_JOB_ID": ""}, 3, wanted=True).target is None
+
+
+def test_requeue_excluding_reads_the_job_requeues_then_excludes() -> None:
+    from tests.unit.jobs.conftest import FakeRun, fixture
+
+    from torchslurm.train.badnodes import NodeFault
+    from torchslurm.train.requeue import requeue_excluding
+
+    five = fixture("sinfo_nodes.txt") + "node5\tdebug*\t4\tgpu:4\t2000\n"
+    run = FakeRun({"scontrol": (0, fixture("scontrol_excluded.txt"), ""), "sinfo": (0, five, "")})  # -N2, node[3-4] out
+    fault = NodeFault("node2", 1, "rank 1 failed with an uncorrectable ECC error")
+    line = requeue_excluding({"SLURM_JOB_ID": "31"}, [fault], 3, 4, SlurmClient(run=run))
+    # ExcNodeList is taken only from a pending job: the update comes after the requeue
+    assert [c[:3] for c in run.calls] == [["scontrol", "show", "job"], ["sinfo", "-h", "-N"],
+                                          ["scontrol", "requeue", "31"], ["scontrol", "update", "JobId=31"]]
+    assert run.calls[-1][-1] == "ExcNodeList=node[3-4,2]"
+    assert line == ("excluded node2 from the next attempt: rank 1 failed with an uncorrectable ECC error "
+                    "(job 31, restart 1 of at most 3)")
+    # on the 4 nodes of the sandbox, node[3-4] and node1 out would leave 1 node for a 2-node job: kept
+    run = FakeRun({"scontrol": (0, fixture("scontrol_excluded.txt"), "")})
+    line = requeue_excluding({"SLURM_JOB_ID": "31"}, [NodeFault("node1", 0, "rank 0 failed with x")], 3, 4,
+                             SlurmClient(run=run))
+    assert [c[:2] for c in run.calls][-1] == ["scontrol", "requeue"] and line.startswith("kept node1 although")
+    assert requeue_excluding({"SLURM_JOB_ID": "31", "SLURM_RESTART_COUNT": "3"}, [fault], 3, 4, run) == \
+        "excluded no node (rank 1 failed with an uncorrectable ECC error): not requeued, SLURM_RESTART_COUNT=3 " \
+        "has reached max_requeues=3"
