@@ -52,7 +52,8 @@ class StepTimes:
         self._steps, self._data, self._collective, self._since = 0, 0.0, 0.0, clock()
         self._last_grad: float | None = None
         self._paused_at: float | None = None
-        self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in model.parameters()
+        self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)  # type: ignore[no-untyped-call]
+                       for p in model.parameters()
                        if p.requires_grad] if self.every and time_gradient_sync else []
 
     @property
