@@ -61,7 +61,7 @@ def test_one_spike_names_none_but_a_lasting_slowdown_is_named_after_more_than_ha
     window = [gather(healthy)] * 5
     named_after = None
     for n in range(1, 6):  # rank 7 slows down for good
-        window = window[1:] + [gather(spike)]
+        window = [*window[1:], gather(spike)]
         if find_stragglers(window, nodes):
             named_after = n
             break
