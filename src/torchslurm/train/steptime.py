@@ -89,6 +89,10 @@ class StepTimes:
             self._collective += self._clock() - self._last_grad
             self._last_grad = None
 
+    def since_gather(self, now: float) -> RankTiming:
+        """This rank's split of the optimizer steps since the last gather, up to `now` (a clock time)."""
+        return RankTiming(self._steps, now - self._since, self._data, self._collective)
+
     def step_done(self, global_step: int) -> list[RankTiming] | None:
         """After each optimizer step (every rank); at a gather step: every rank's timing since the last
         gather (rank 0 also updates `stragglers`); None otherwise."""
@@ -98,7 +102,8 @@ class StepTimes:
         if global_step % self.every:
             return None
         now = self._clock()
-        mine = torch.tensor([self._steps, now - self._since, self._data, self._collective], dtype=torch.float64,
+        t = self.since_gather(now)
+        mine = torch.tensor([t.steps, t.elapsed_s, t.data_s, t.collective_s], dtype=torch.float64,
                             device=self.topo.device)
         rows = self._all_gather(mine)
         if not self.nodes:
