@@ -34,6 +34,7 @@ class RunReport:
         self.topo, self.config, self.task, self.log, self.curves = topo, config, task, log, curves
         self.stragglers = ""
         """The stragglers named at the last gather ('' for none), repeated on every progress line."""
+        self._named: list[tuple[int, ...]] = []
 
     @property
     def is_main(self) -> bool:
@@ -91,13 +92,14 @@ class RunReport:
         staging = path.with_name(f".{path.name}.tmp")
         staging.write_text(json.dumps(record) + "\n")
         os.replace(staging, path)  # status reads it whole or not at all
-        text = summary(stragglers, window_steps)
-        if text != self.stragglers:
-            if text:
-                logger.warning("straggler at step %d: %s", step, text)
+        named = [s.ranks for s in stragglers]
+        if named != self._named:  # who, not by how much: the ratio moves a little at every gather
+            if named:
+                logger.warning("straggler at step %d: %s", step, summary(stragglers, window_steps))
             else:
                 logger.info("step %d: no straggler any more", step)
-            self.stragglers = text
+            self._named = named
+        self.stragglers = summary(stragglers, window_steps)
 
     def epoch(self, epoch: int, step: int, train: Totals, val: Totals, seen: float, elapsed_s: float,
               lr: float) -> None:
