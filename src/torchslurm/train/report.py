@@ -35,6 +35,8 @@ class RunReport:
         self.stragglers = ""
         """The stragglers named at the last gather ('' for none), repeated on every progress line."""
         self._named: list[tuple[int, ...]] = []
+        self._split: dict[str, Any] = {}
+        """The last gather's numbers, added to each step record (metrics.jsonl keeps its two kinds of record)."""
 
     @property
     def is_main(self) -> bool:
@@ -77,17 +79,19 @@ class RunReport:
                             f", {flops:.3g} model FLOP/s (est.)" if flops else "",
                             f"; straggler: {self.stragglers}" if self.stragglers else "")
             self.log.append({"kind": "step", "epoch": epoch + 1, "step": step, "loss": t.avg_loss, "lr": lr,
-                             f"{self.task.unit}_per_s": rate, **({"flops_per_s": flops} if flops else {})})
+                             f"{self.task.unit}_per_s": rate, **({"flops_per_s": flops} if flops else {}),
+                             **self._split})
         return now
 
     def step_times(self, step: int, gather: Sequence[RankTiming], stragglers: Sequence[Straggler],
                    window_steps: int) -> None:
-        """A gather of every rank's compute/wait split: its record in metrics.jsonl (and TensorBoard), run_dir's
-        stragglers file for `torchslurm status`, and a line when the stragglers named change."""
+        """A gather of every rank's compute/wait split: its numbers go into the next step records of
+        metrics.jsonl (and TensorBoard), run_dir's stragglers file for `torchslurm status` is rewritten, and
+        a line is logged when who is named changes."""
         if not self.is_main:
             return
         record = gather_record(step, gather, stragglers, window_steps)
-        self.log.append(record)
+        self._split = {k: v for k, v in record.items() if k not in ("kind", "step")}
         path = self.config.run_dir / STRAGGLERS_FILE
         staging = path.with_name(f".{path.name}.tmp")
         staging.write_text(json.dumps(record) + "\n")

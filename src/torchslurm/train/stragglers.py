@@ -155,8 +155,9 @@ def summary(stragglers: Sequence[Straggler], steps: int) -> str:
 
 def gather_record(step: int, gather: Sequence[RankTiming], stragglers: Sequence[Straggler],
                   window_steps: int) -> dict[str, Any]:
-    """The metrics.jsonl record of one gather: medians across ranks of the split (seconds per step),
-    the slowest rank's ratio, and who is named (numbers also go to TensorBoard)."""
+    """The record of one gather (run_dir's STRAGGLERS_FILE; the Trainer adds all but its kind and step to
+    its step records in metrics.jsonl): medians across ranks of the split (seconds per step), the
+    slowest rank's ratio, and who is named."""
     r = ratios(gather)
     slowest = max(range(len(r)), key=r.__getitem__) if r else 0
 

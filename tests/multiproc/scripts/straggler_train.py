@@ -33,7 +33,7 @@ def main() -> None:
     with torchslurm.init() as ctx:
         for name, slow in (("healthy", -1), ("slow", slow_rank)):
             cfg = torchslurm.TrainConfig(epochs=1, batch_size=4, lr=0.01, run_dir=root / name, resume="never",
-                                         log_every=10, straggler_every=5, straggler_window=3)
+                                         log_every=5, straggler_every=5, straggler_window=3)
             torch.manual_seed(0)
             model = Sleepy(SLEEP_S * (4 if ctx.rank == slow else 1))
             optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)

@@ -88,8 +88,9 @@ def test_a_straggler_is_named_once_then_on_every_step_line_and_in_the_run_dir(
     said = list(dict.fromkeys(m for m in lines.messages if "straggler" in m))  # the handler sees each twice
     assert said == [f"straggler at step 15: {text}", "epoch 1 batch 20/50 step 20: loss 1.500000, lr 0.05, "
                     f"0 samples/s; straggler: {text.replace('2.0×', '2.2×')}"], said
-    records = [r for r in report.log.records() if r["kind"] == "steptime"]
-    assert [(r["step"], r["stragglers"]) for r in records] == [(10, 0), (15, 1), (20, 1)]
+    record, = report.log.records()  # the step record carries the last gather's numbers
+    assert (record["kind"], record["step"], record["stragglers"], record["slowest_rank"]) == ("step", 20, 1, 3)
+    assert record["named"][0]["text"] == text.replace("2.0×", "2.2×") and record["collective_s"] == 0.1
     assert json.loads((tmp_path / "stragglers.json").read_text())["named"][0]["text"] == text.replace("2.0×", "2.2×")
     report.step_times(25, gather, [], 15)
     assert lines.messages[-1] == "step 25: no straggler any more"
