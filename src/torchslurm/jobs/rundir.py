@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from torchslurm.errors import SlurmError
 from torchslurm.jobs.slurm import check_job_id
 
 
@@ -27,7 +28,10 @@ def remember(run_dir: Path, environ: Mapping[str, str]) -> Path | None:
     """In a Slurm job (SLURM_JOB_ID, or the array task's id): write the pointer to `run_dir`; the path
     written, or None outside Slurm or where it cannot be written (status then needs --run-dir)."""
     job_id = job_of(environ)
-    path = pointer_path(job_id, environ) if job_id else None
+    try:
+        path = pointer_path(job_id, environ) if job_id else None
+    except SlurmError:  # not an id Slurm gives: nothing to point from
+        return None
     if path is None:
         return None
     try:

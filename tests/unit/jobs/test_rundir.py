@@ -28,6 +28,7 @@ def test_outside_slurm_or_without_a_home_nothing_is_written(tmp_path: Path) -> N
     assert remember(tmp_path / "r", {"HOME": str(tmp_path)}) is None
     assert not (tmp_path / ".local").exists()
     assert pointer_path("7", {}) is None and remember(tmp_path / "r", {"SLURM_JOB_ID": "7"}) is None
+    assert remember(tmp_path / "r", {"HOME": str(tmp_path), "SLURM_JOB_ID": "../7"}) is None
 
 
 def test_an_unwritable_state_dir_is_not_an_error(tmp_path: Path) -> None:
