@@ -1,5 +1,5 @@
 """A Trainer run on every rank, twice: `healthy` (every rank sleeps SLEEP_S per forward, a steady
-stand-in for GPU work that CPU contention does not blur) and `slow` (rank SLOW_RANK sleeps four times
+stand-in for GPU work that CPU contention does not blur) and `slow` (rank SLOW_RANK sleeps three times
 as long). argv: RUN_ROOT SLOW_RANK. Run with `torchslurm run --nproc N`."""
 
 import logging
@@ -12,7 +12,7 @@ from torch.utils.data import TensorDataset
 
 import torchslurm
 
-SLEEP_S = 0.03
+SLEEP_S = 0.05
 
 
 class Sleepy(torch.nn.Module):
@@ -35,7 +35,7 @@ def main() -> None:
             cfg = torchslurm.TrainConfig(epochs=1, batch_size=4, lr=0.01, run_dir=root / name, resume="never",
                                          log_every=5, straggler_every=5, straggler_window=3)
             torch.manual_seed(0)
-            model = Sleepy(SLEEP_S * (4 if ctx.rank == slow else 1))
+            model = Sleepy(SLEEP_S * (3 if ctx.rank == slow else 1))
             optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
             torchslurm.Trainer(model, optimizer, torch.nn.functional.cross_entropy, train, val, cfg, ctx=ctx).fit()
 
