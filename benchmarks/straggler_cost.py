@@ -71,7 +71,8 @@ def rank_main(rounds: int, batch_size: int) -> None:
         if ctx.is_main:
             print(f"straggler detection cost: 2 Gloo ranks, SimpleConvNet on digits, batch {batch_size}/rank, "
                   f"{steps} steps/epoch, {rounds - 1} epochs of each setting")
-            print(f"  {'setting':20s} {'median':>8s} {'best':>8s} ms/step  {'ratio':>6s}   {'cpu s/fit':>9s} {'ratio':>6s}")
+            print(f"  {'setting':20s} {'median':>8s} {'best':>8s} ms/step  {'ratio':>6s}   "
+                  f"{'cpu s/fit':>9s} {'ratio':>6s}")
             for name, values in ms.items():
                 ratio = statistics.median(v / o for v, o in zip(values, ms["off"], strict=True))
                 cpu_ratio = statistics.median(v / o for v, o in zip(cpu[name], cpu["off"], strict=True))
