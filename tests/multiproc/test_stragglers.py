@@ -4,6 +4,7 @@ a healthy run names none (3 local Gloo ranks; tests/multiproc/scripts/straggler_
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ def test_a_slow_rank_is_named_and_a_healthy_run_names_none(tmp_path: Path) -> No
     first = next(i for i, r in enumerate(slow) if r["stragglers"])
     assert first >= 2 and all(r["stragglers"] == 1 for r in slow[first:]), slow
     named = json.loads((tmp_path / "slow" / "stragglers.json").read_text())["named"]
-    assert [(n["ranks"], n["whole_node"]) for n in named] == [([2], False)]
+    assert [(n["ranks"], n["node"], n["whole_node"]) for n in named] == [([2], socket.gethostname(), False)]
     assert named[0]["ratio"] > 2 and all(r["slowest_rank"] == 2 for r in slow[first:])
     text = named[0]["text"]
     assert text.startswith("rank 2 on ") and text.endswith("× the median compute time for the last 15 steps")

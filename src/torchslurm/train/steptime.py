@@ -7,7 +7,8 @@ Measured on the host with `time.perf_counter`, no synchronisation per step:
   post-accumulate-grad hook on every parameter) until backward returns. DDP all-reduces its buckets
   while backward runs and waits for the last ones at its end, so this is the time this rank waited
   for the others. The gather itself is also counted as collective time.
-Every `every` optimizer steps one all_gather of four numbers per rank collects the splits. Only
+Every `every` optimizer steps one all_gather of four numbers per rank collects the splits (the first
+time also the ranks' node names). Only
 DDP's gradient sync is timed: under FSDP the parameter gathers are counted as compute, and with the
 host running ahead of a GPU the host-side split shows less than the GPU does (see docs/training.md).
 """
@@ -18,7 +19,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from torchslurm.train.topology import Topology
 
 T = TypeVar("T")
+NAME_BYTES = 64
+"""Of a node's name, what the ranks exchange: enough to tell Slurm's node names apart."""
 
 
 def node_name(environ: Mapping[str, str]) -> str:
@@ -124,9 +127,13 @@ class StepTimes:
         return rows
 
     def _node_names(self) -> list[str]:
-        names: list[Any] = [None] * self.topo.world_size
-        dist.all_gather_object(names, self.node)  # once per run: a few bytes per rank
-        return [str(n) for n in names]
+        """Every rank's node, once per run: its name in NAME_BYTES bytes (no pickling, no object collective,
+        which needs the right current CUDA device under NCCL)."""
+        name = self.node.encode()[:NAME_BYTES].ljust(NAME_BYTES, b"\0")
+        mine = torch.tensor(list(name), dtype=torch.uint8, device=self.topo.device)
+        everyone = [torch.empty_like(mine) for _ in range(self.topo.world_size)]
+        dist.all_gather(everyone, mine)
+        return [bytes(t.tolist()).rstrip(b"\0").decode(errors="replace") for t in everyone]
 
     def close(self) -> None:
         for hook in self._hooks:
