@@ -15,7 +15,7 @@ SRC = Path(__file__).parents[2] / "src"
 TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "torchslurm.train.rng",
                  "torchslurm.train.report",
                  "torchslurm.train.metrics", "torchslurm.train.data", "torchslurm.train.models",
-                 "torchslurm.train.watchdog", "torchslurm.train.fsdp",
+                 "torchslurm.train.watchdog", "torchslurm.train.fsdp", "torchslurm.train.steptime",
                  "torchslurm.train.strategy", "torchslurm.train.tasks", "torchslurm.train.text",
                  "torchslurm.train.checkpoint.hashed", "torchslurm.train.checkpoint.reading",
                  "torchslurm.train.checkpoint.state", "torchslurm.train.checkpoint.writer",

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
+import os
+from pathlib import Path
 
 from torchslurm.cli.sandbox import hint_sandbox
 
@@ -13,8 +16,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "status", help="show your jobs, or one job's state, exit code and logs",
         description="Without JOB: your jobs in the queue (squeue: id, state, elapsed time and limit, nodes, "
         "reason or node list, name). With JOB: its state, reason, nodes, elapsed time, exit code, restarts "
-        "and log files, from scontrol, so also for a job that has just left the queue.")
+        "and log files, from scontrol, so also for a job that has just left the queue; for a Trainer's job also "
+        "its stragglers (read from its run_dir).")
     parser.add_argument("job", nargs="?", help="job id (default: all your queued jobs)")
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="the job's run_dir, for its stragglers (default: the one its Trainer recorded)")
     parser.set_defaults(handler=hint_sandbox(handle))
 
 
@@ -46,4 +52,21 @@ def handle(args: argparse.Namespace) -> int:
     print(f"  stdout:   {st.stdout}")
     if st.stderr and st.stderr != st.stdout:
         print(f"  stderr:   {st.stderr}")
+    for line in run_lines(args.job, args.run_dir):
+        print(f"  {line}")
     return 0
+
+
+def run_lines(job: str, run_dir: Path | None) -> list[str]:
+    """The run_dir of the job's Trainer and its latest straggler verdict; [] when neither is known."""
+    from torchslurm.jobs.rundir import recall
+    from torchslurm.train.stragglers import STRAGGLERS_FILE, status_lines
+
+    run_dir = run_dir or recall(job, os.environ)
+    if run_dir is None:
+        return []
+    try:
+        health = json.loads((run_dir / STRAGGLERS_FILE).read_text())
+    except (OSError, ValueError):
+        return [f"run_dir:  {run_dir}"]
+    return [f"run_dir:  {run_dir}", *status_lines(health)]

@@ -72,14 +72,24 @@ class TrainConfig:
     """fsdp: recompute each sharded unit's activations in backward instead of keeping them."""
     checkpoint_async: bool = False
     """Write checkpoints in the background (staged to CPU memory first); training goes on meanwhile."""
+    straggler_every: int = 50
+    """Optimizer steps between gathers of every rank's compute/wait split, for straggler detection (0: off)."""
+    straggler_window: int = 5
+    """Gathers a straggler verdict looks at: a rank is named once more than half of them saw it slow."""
+    straggler_threshold: float = 1.3
+    """A rank whose compute time per step is this many times the median of the others' is a straggler."""
 
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
         object.__setattr__(self, "run_dir", Path(self.run_dir))
         ConfigError.raise_any([
-            *(_at_least(self, name, 1) for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last")),
-            *(_at_least(self, name, 0)
-              for name in ("num_workers", "checkpoint_every_epochs", "checkpoint_every_steps", "log_every")),
+            *(_at_least(self, name, 1)
+              for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last", "straggler_window")),
+            *(_at_least(self, name, 0) for name in ("num_workers", "checkpoint_every_epochs", "checkpoint_every_steps",
+                                                    "log_every", "straggler_every")),
+            _require("straggler_threshold", self.straggler_threshold,
+                     self.straggler_threshold > 1 and math.isfinite(self.straggler_threshold),
+                     "a number above 1 (a multiple of the median compute time)", "straggler_threshold=1.3"),
             _require("lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "a positive number", "lr=0.01"),
             _at_least(self, "grad_clip", 0, "grad_clip=0 turns clipping off; e.g. grad_clip=1.0 clips the norm."),
             _choice("lr_scaling", self.lr_scaling, LR_SCALINGS),

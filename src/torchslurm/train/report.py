@@ -4,12 +4,16 @@ Every method may be called on every rank; only rank 0 writes."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchslurm.train.metrics import Totals, totals
+from torchslurm.train.stragglers import STRAGGLERS_FILE, RankTiming, Straggler, gather_record, summary
 
 if TYPE_CHECKING:
     import torch
@@ -28,6 +32,11 @@ class RunReport:
     def __init__(self, topo: Topology, config: TrainConfig, task: Task, log: MetricsLog,
                  curves: CurvePlotter) -> None:
         self.topo, self.config, self.task, self.log, self.curves = topo, config, task, log, curves
+        self.stragglers = ""
+        """The stragglers named at the last gather ('' for none), repeated on every progress line."""
+        self._named: list[tuple[int, ...]] = []
+        self._split: dict[str, Any] = {}
+        """The last gather's numbers, added to each step record (metrics.jsonl keeps its two kinds of record)."""
 
     @property
     def is_main(self) -> bool:
@@ -65,12 +74,36 @@ class RunReport:
             rate = t.count * self.topo.world_size / (now - since) if now > since else 0.0
             flops = rate * self.task.flops_per_unit
             if not sys.stdout.isatty():
-                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f %s/s%s", epoch + 1, batch, total,
+                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f %s/s%s%s", epoch + 1, batch, total,
                             step, t.avg_loss, lr, rate, self.task.unit,
-                            f", {flops:.3g} model FLOP/s (est.)" if flops else "")
+                            f", {flops:.3g} model FLOP/s (est.)" if flops else "",
+                            f"; straggler: {self.stragglers}" if self.stragglers else "")
             self.log.append({"kind": "step", "epoch": epoch + 1, "step": step, "loss": t.avg_loss, "lr": lr,
-                             f"{self.task.unit}_per_s": rate, **({"flops_per_s": flops} if flops else {})})
+                             f"{self.task.unit}_per_s": rate, **({"flops_per_s": flops} if flops else {}),
+                             **self._split})
         return now
+
+    def step_times(self, step: int, gather: Sequence[RankTiming], stragglers: Sequence[Straggler],
+                   window_steps: int) -> None:
+        """A gather of every rank's compute/wait split: its numbers go into the next step records of
+        metrics.jsonl (and TensorBoard), run_dir's stragglers file for `torchslurm status` is rewritten, and
+        a line is logged when who is named changes."""
+        if not self.is_main:
+            return
+        record = gather_record(step, gather, stragglers, window_steps)
+        self._split = {k: v for k, v in record.items() if k not in ("kind", "step")}
+        path = self.config.run_dir / STRAGGLERS_FILE
+        staging = path.with_name(f".{path.name}.tmp")
+        staging.write_text(json.dumps(record) + "\n")
+        os.replace(staging, path)  # status reads it whole or not at all
+        named = [s.ranks for s in stragglers]
+        if named != self._named:  # who, not by how much: the ratio moves a little at every gather
+            if named:
+                logger.warning("straggler at step %d: %s", step, summary(stragglers, window_steps))
+            else:
+                logger.info("step %d: no straggler any more", step)
+            self._named = named
+        self.stragglers = summary(stragglers, window_steps)
 
     def epoch(self, epoch: int, step: int, train: Totals, val: Totals, seen: float, elapsed_s: float,
               lr: float) -> None:

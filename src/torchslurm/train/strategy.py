@@ -32,6 +32,9 @@ class Strategy:
     state_form = "replicated"
     """How a checkpoint holds this strategy's model and optimizer: 'replicated' (whole tensors, written
     once) or 'sharded' (each rank its shard)."""
+    syncs_in_backward = False
+    """Whether gradients are synchronised by collectives that end inside backward (DDP): the time this
+    rank waits for the others can then be timed there (train.steptime)."""
 
     def __init__(self, model: nn.Module, topo: Topology) -> None:
         self.model, self.topo = model, topo
@@ -59,6 +62,8 @@ class Strategy:
 
 class DDP(Strategy):
     """A whole replica per rank; gradients all-reduced by DDP's hooks during backward."""
+
+    syncs_in_backward = True
 
     def __init__(self, model: nn.Module, topo: Topology) -> None:
         super().__init__(model, topo)

@@ -24,6 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from torchslurm.errors import ConfigError
+from torchslurm.jobs.rundir import remember
 from torchslurm.jobs.slurm import run_command_status
 from torchslurm.train.checkpoint.checkpointer import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.layout import CHECKPOINTS
@@ -36,6 +37,7 @@ from torchslurm.train.preflight import run_dir_problem
 from torchslurm.train.report import RunReport
 from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
+from torchslurm.train.steptime import StepTimes, node_name
 from torchslurm.train.strategy import make_scaler, make_strategy
 from torchslurm.train.tasks import Task, classification
 from torchslurm.train.topology import topology
@@ -108,7 +110,10 @@ class Trainer:
             group["lr"] = config.lr * self.lr_factor
         self.scheduler = scheduler(optimizer) if scheduler else None
         self.scaler = make_scaler(config.amp, self.device.type)
-        self._ctx = ctx
+        self._ctx, self._environ = ctx, environ
+        self.steptime = StepTimes(self.model, self.topo, node_name(environ), every=config.straggler_every,
+                                  window=config.straggler_window, threshold=config.straggler_threshold,
+                                  time_gradient_sync=self.strategy.syncs_in_backward)
         self._preemption: Preemption | None = None
         if should_stop is None:
             self._preemption = Preemption(preemption or preemption_config(environ), environ=environ, run=run,
@@ -143,6 +148,7 @@ class Trainer:
             if self.is_main:
                 stack.callback(self.curves.close)
                 stack.callback(self.log.close)
+            stack.callback(self.steptime.close)
             if self._preemption is not None:
                 self._protect(stack, self._preemption)
             try:
@@ -169,6 +175,8 @@ class Trainer:
         if not self.restore():
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
         self.report.start(self.lr_factor)
+        if self.is_main:
+            remember(self.config.run_dir, self._environ)  # `torchslurm status JOB` finds the run's files
         val: Totals | None = None
         if self.epoch >= self.config.epochs and self.is_main:
             logger.info("%s already holds all %d epochs: nothing to train (set epochs above %d to "
@@ -205,7 +213,7 @@ class Trainer:
         tick = time.perf_counter()
         self.train_module.train()
         bar = self.report.progress_bar(self.epoch, self.batches_done, total)
-        for inputs, targets in loader:
+        for inputs, targets in self.steptime.timed(loader):
             inputs = inputs.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
             group_start = self.batches_done - self.batches_done % accum
@@ -222,6 +230,8 @@ class Trainer:
             if not boundary:
                 continue
             self._optimizer_step()
+            if (gather := self.steptime.step_done(self.global_step)) is not None:
+                self.report.step_times(self.global_step, gather, self.steptime.stragglers, self.steptime.window_steps)
             if cfg.log_every and self.global_step % cfg.log_every == 0:
                 tick = self.report.steps(window, tick, epoch=self.epoch, batch=self.batches_done, total=total,
                                          step=self.global_step, lr=self.optimizer.param_groups[0]["lr"])
@@ -247,6 +257,7 @@ class Trainer:
                 loss = self.loss_fn(output, targets)
             scaled: torch.Tensor = self.scaler.scale(loss / group_size if group_size > 1 else loss)
             scaled.backward()  # type: ignore[no-untyped-call]
+        self.steptime.backward_done()
         return self.task.sums(output, targets, loss)
 
     def _optimizer_step(self) -> None:

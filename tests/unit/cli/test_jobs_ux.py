@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 from pathlib import Path
 
@@ -351,3 +352,30 @@ def test_a_shell_not_pointed_at_a_running_sandbox_is_told_to_source_its_env_sh(t
     assert unpointed_shell_hint(no_controller, {}, lab_dir=lambda: None) is no_controller  # no sandbox up
     other = SlurmError("job 5 is unknown to Slurm.", "generic")
     assert unpointed_shell_hint(other, {}, lab_dir=lambda: tmp_path) is other
+
+
+def test_status_names_the_stragglers_of_the_jobs_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from torchslurm.jobs.rundir import remember
+    from torchslurm.train.stragglers import STRAGGLERS_FILE, RankTiming, Straggler, gather_record
+
+    monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.status", lambda self, job: _recorded_status(
+        "scontrol_running.txt"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    remember(run_dir, {"HOME": str(tmp_path / "home"), "SLURM_JOB_ID": "1"})  # what the job's rank 0 does
+    assert main(["status", "1"]) == 0
+    assert f"  run_dir:  {run_dir}\n" in capsys.readouterr().out  # no stragglers file yet
+    timing = [RankTiming(50, 8.0, 0.0, 3.0)] * 12 + [RankTiming(50, 8.0, 0.0, 0.0)] * 4
+    named = [Straggler((12, 13, 14, 15), "node3", 1.6, True)]
+    (run_dir / STRAGGLERS_FILE).write_text(json.dumps(gather_record(1200, timing, named, 200)))
+    assert main(["status", "1"]) == 0
+    assert "  straggler: node3 (ranks 12-15) 1.6× the median compute time for the last 200 steps (step 1200)\n" \
+        in capsys.readouterr().out
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    (healthy / STRAGGLERS_FILE).write_text(json.dumps(gather_record(300, timing[:2], [], 200)))
+    assert main(["status", "1", "--run-dir", str(healthy)]) == 0
+    assert "  stragglers: none (step 300)\n" in capsys.readouterr().out

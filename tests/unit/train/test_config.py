@@ -21,6 +21,10 @@ def test_defaults_are_valid_and_plain() -> None:
     ({"log_every": -1}, r"log_every=-1 must be at least 0\. HINT: set log_every to 0 or more\."),
     ({"grad_clip": -0.5}, r"grad_clip=-0\.5 must be at least 0\. HINT: grad_clip=0 turns clipping off"),
     ({"resume": ""}, r"resume='' is empty; expected auto, never or a checkpoint directory"),
+    ({"straggler_every": -1}, r"^straggler_every=-1 must be at least 0\. HINT: set straggler_every to 0 or more\.$"),
+    ({"straggler_window": 0}, r"^straggler_window=0 must be at least 1\."),
+    ({"straggler_threshold": 1.0}, r"^straggler_threshold=1\.0, expected a number above 1 \(a multiple of the median "
+                                   r"compute time\)\. HINT: e\.g\. straggler_threshold=1\.3\.$"),
 ])
 def test_train_config_rejects(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -68,3 +68,30 @@ def test_step_and_epoch_records_on_rank_0_only(tmp_path: Path, lines: pytest.Log
     other.steps(window, 0.0, epoch=0, batch=2, total=5, step=2, lr=0.05)
     other.epoch(1, 5, Totals(10.0, 15, 20), Totals(2.0, 3, 4), seen=80.0, elapsed_s=2.0, lr=0.05)
     assert other.log.records() == []
+
+
+def test_a_straggler_is_named_once_then_on_every_step_line_and_in_the_run_dir(
+        tmp_path: Path, lines: pytest.LogCaptureFixture) -> None:
+    import json
+
+    from torchslurm.train.stragglers import RankTiming, Straggler
+
+    report = _report(tmp_path, run_dir=tmp_path)
+    gather = [RankTiming(5, 1.0, 0.0, 0.5)] * 3 + [RankTiming(5, 1.0, 0.0, 0.0)]
+    named = [Straggler((3,), "node1", 2.0, False)]
+    window = torch.tensor([6.0, 3.0, 4.0], dtype=torch.float64)
+    report.step_times(10, gather, [], 15)
+    report.step_times(15, gather, named, 15)
+    report.step_times(20, gather, [Straggler((3,), "node1", 2.2, False)], 15)  # the same rank: no new warning
+    report.steps(window, 0.0, epoch=0, batch=20, total=50, step=20, lr=0.05)
+    text = "rank 3 on node1 2.0× the median compute time for the last 15 steps"
+    said = list(dict.fromkeys(m for m in lines.messages if "straggler" in m))  # the handler sees each twice
+    assert said == [f"straggler at step 15: {text}", "epoch 1 batch 20/50 step 20: loss 1.500000, lr 0.05, "
+                    f"0 samples/s; straggler: {text.replace('2.0×', '2.2×')}"], said
+    record, = report.log.records()  # the step record carries the last gather's numbers
+    assert (record["kind"], record["step"], record["stragglers"], record["slowest_rank"]) == ("step", 20, 1, 3)
+    assert record["named"][0]["text"] == text.replace("2.0×", "2.2×") and record["collective_s"] == 0.1
+    assert json.loads((tmp_path / "stragglers.json").read_text())["named"][0]["text"] == text.replace("2.0×", "2.2×")
+    report.step_times(25, gather, [], 15)
+    assert lines.messages[-1] == "step 25: no straggler any more"
+    assert json.loads((tmp_path / "stragglers.json").read_text())["named"] == []
