@@ -23,6 +23,7 @@ from torchslurm.train.preflight import run_dir_problem
 LR_SCALINGS = ("none", "linear", "sqrt")
 AMP_MODES = ("off", "bf16", "fp16")
 STRATEGIES = ("ddp", "fsdp")
+HANG_ACTIONS = ("exit", "wait", "off")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,12 @@ class TrainConfig:
     """fsdp: recompute each sharded unit's activations in backward instead of keeping them."""
     checkpoint_async: bool = False
     """Write checkpoints in the background (staged to CPU memory first); training goes on meanwhile."""
+    hang_timeout_s: float = 0.0
+    """Seconds without any rank finishing a step before every rank's stack is reported (docs/hangs.md); 0: from
+    the run's own step times, max(60 s, 20 x the median step), below the process group timeout."""
+    hang_action: str = "exit"
+    """After a hang report (job log and run_dir/hang-report.txt): exit (the run ends as after a failed collective:
+    exit code 1, requeued when failures requeue) | wait (keep waiting; report again after the next hang) | off."""
 
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
@@ -85,6 +92,10 @@ class TrainConfig:
             _choice("lr_scaling", self.lr_scaling, LR_SCALINGS),
             _choice("amp", self.amp, AMP_MODES),
             _choice("strategy", self.strategy, STRATEGIES),
+            _choice("hang_action", self.hang_action, HANG_ACTIONS),
+            _require("hang_timeout_s", self.hang_timeout_s,
+                     self.hang_timeout_s >= 0 and math.isfinite(self.hang_timeout_s),
+                     "0 (derived from the step times) or a positive number of seconds", "hang_timeout_s=120"),
             None if self.resume else ConfigError(
                 "resume='' is empty; expected auto, never or a checkpoint directory.",
                 "resume=auto continues from the newest checkpoint in run_dir."),

@@ -25,11 +25,13 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.slurm import run_command_status
+from torchslurm.runtime.distributed import stack_watch
 from torchslurm.train.checkpoint.checkpointer import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.layout import CHECKPOINTS
 from torchslurm.train.config import TrainConfig, device_problem
 from torchslurm.train.data import ShardSampler, SkipSampler, batches
 from torchslurm.train.events import EventWriter
+from torchslurm.train.hang import HangDetector, Idle
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import run_dir_problem
@@ -115,6 +117,10 @@ class Trainer:
                                           ask_deadline=preemption is None and self.is_main)
             should_stop = self._preemption.should_stop
         self.should_stop: Callable[[], bool] = should_stop
+        requeue = (self._preemption.requeue_after_failure
+                   if self._preemption and ctx and requeues_after_failure(ctx.env) else None)
+        self.hang: HangDetector | Idle = Idle() if ctx is None or ctx.world_size == 1 or config.hang_action == "off" \
+            else HangDetector(ctx, config.hang_timeout_s, config.hang_action, config.run_dir, on_hang=requeue)
         self.log = MetricsLog(config.run_dir / "metrics.jsonl",
                               EventWriter(config.run_dir / "tensorboard") if self.is_main else None)
         self.curves = CurvePlotter(config.run_dir / "curves.png", self.log.records)
@@ -145,6 +151,10 @@ class Trainer:
                 stack.callback(self.log.close)
             if self._preemption is not None:
                 self._protect(stack, self._preemption)
+            if isinstance(self.hang, HangDetector):
+                stack.enter_context(self.hang)
+            if (watch := stack_watch()) is not None:
+                watch.add(self.config.run_dir)  # `torchslurm stacks --run-dir` reaches the ranks
             try:
                 result = self._fit()
                 self.checkpointer.finish()
@@ -165,7 +175,9 @@ class Trainer:
     def _fit(self) -> FitResult:
         self.strategy.settle(self._backward_once, self.optimizer)  # before the streams are seeded or restored
         self.checkpointer.open()  # before the first step: the epoch-end saves are written beside validation
-        if not self.restore():
+        with self.hang.paused():
+            restored = self.restore()
+        if not restored:
             seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
         self.report.start(self.lr_factor)
         val: Totals | None = None
@@ -221,6 +233,7 @@ class Trainer:
             if not boundary:
                 continue
             self._optimizer_step()
+            self.hang.step_done()
             if cfg.log_every and self.global_step % cfg.log_every == 0:
                 tick = self.report.steps(window, tick, epoch=self.epoch, batch=self.batches_done, total=total,
                                          step=self.global_step, lr=self.optimizer.param_groups[0]["lr"])
@@ -307,6 +320,7 @@ class Trainer:
                 inputs, targets = inputs.to(self.device), targets.to(self.device)
                 output = model(inputs).float()
                 sums += self.task.sums(output, targets, self.loss_fn(output, targets))
+                self.hang.beat()
             self.strategy.pad_evaluation(data, len(loader), self.config.batch_size)
         model.train()
         return sums
@@ -352,7 +366,8 @@ class Trainer:
         Every rank must call it. With checkpoint_async the tensors are copied to CPU memory here
         and written in the background (after the previous background save, if one is in flight);
         the returned folder is complete once `wait_for_checkpoint()` returns."""
-        return self.checkpointer.save(self.progress())
+        with self.hang.paused():
+            return self.checkpointer.save(self.progress())
 
     def wait_for_checkpoint(self) -> None:
         """Return once a background save is complete (at once without one); raise its error."""
