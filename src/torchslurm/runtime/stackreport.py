@@ -31,7 +31,7 @@ class Group:
     collective: str | None
     """The collective they wait in, if any."""
     site: str
-    """file:line of the innermost user (else torchslurm) frame: where they entered the wait."""
+    """The innermost step of `place`: `all_reduce at train.py:88`."""
     collectives: tuple[int | None, ...]
     """Each rank's count of issued collectives (same order as ranks)."""
 
@@ -68,26 +68,29 @@ def _callee(frames: Sequence[Frame], index: int) -> str:
     return short_name(frames[index].func)
 
 
-def _anchors(frames: Sequence[Frame]) -> list[int]:
-    """Indices of the frames worth naming, innermost first: from the innermost user frame outwards
-    through user and torchslurm frames (torchslurm's own innermost when no user frame is there), else
-    the innermost frame."""
-    named = [i for i, f in enumerate(frames) if f.kind in ("user", "own")]
+def _anchors(frames: Sequence[Frame], chain: int) -> list[int]:
+    """Indices of the frames worth naming, innermost first: user and torchslurm frames (at most
+    `chain`, the innermost user frame always among them), else the innermost frame."""
+    named = [i for i, f in enumerate(frames) if f.kind in ("user", "own")][::-1]
+    if not named:
+        return [len(frames) - 1] if frames else []
+    shown = named[:chain]
     users = [i for i in named if frames[i].kind == "user"]
-    if users:
-        named = [i for i in named if i <= users[-1]]
-    if named:
-        return named[::-1]
-    return [len(frames) - 1] if frames else []
+    if users and users[0] not in shown:
+        shown[-1] = users[0]
+    return shown
 
 
 def place(frames: Sequence[Frame], chain: int = CHAIN) -> tuple[str, str]:
-    """(`what at file:line <- caller at file:line ...`, file:line of the innermost named frame)."""
-    anchors = _anchors(frames)
+    """(`what at file:line <- caller at file:line ...`, its first step: `what at file:line`)."""
+    anchors = _anchors(frames, chain)
     if not anchors:
-        return "no Python frames", "?"
-    steps = [f"{_callee(frames, i)} at {frames[i].where}" for i in anchors[:chain]]
-    return " <- ".join(steps), frames[anchors[0]].where
+        return "no Python frames", "no Python frames"
+    steps = [f"{_callee(frames, i)} at {frames[i].where}" for i in anchors]
+    named = [i for i, f in enumerate(frames) if f.kind in ("user", "own")][::-1]
+    if len(anchors) > 1 and anchors[-1] != named[len(anchors) - 1]:  # frames left out before the user's
+        steps[-1] = "... <- " + steps[-1]
+    return " <- ".join(steps), steps[0]
 
 
 def _signature(thread: ThreadStack | None) -> tuple[tuple[str, int, str], ...]:
@@ -133,12 +136,12 @@ def likely_cause(groups: Sequence[Group]) -> str | None:
         others = sorted(r for g in waiting for r in g.ranks)
         names = sorted({g.collective for g in waiting if g.collective})
         return (f"{rank_ranges(odd.ranks)} on {_hosts(odd)} {'is' if len(odd.ranks) == 1 else 'are'} not in a "
-                f"collective ({odd.place}); {rank_ranges(others)} wait for it in {', '.join(names)}.")
+                f"collective ({odd.site}); {rank_ranges(others)} wait for it in {', '.join(names)}.")
     sizes = sorted(len(g.ranks) for g in groups)
     if sizes[0] == sizes[1]:
         return None
     odd = min(groups, key=lambda g: len(g.ranks))
-    return f"{rank_ranges(odd.ranks)} on {_hosts(odd)}: the only ones at {odd.place}."
+    return f"{rank_ranges(odd.ranks)} on {_hosts(odd)}: the only ones at {odd.site}."
 
 
 def mismatches(groups: Sequence[Group]) -> list[str]:
@@ -157,7 +160,7 @@ def mismatches(groups: Sequence[Group]) -> list[str]:
     waiting = [g for g in groups if g.collective is not None]
     same_count = {count for g in waiting for count in g.collectives}
     if len(waiting) > 1 and len(same_count) == 1:
-        parts = [f"{rank_ranges(g.ranks)} in {g.collective} at {g.site}" for g in waiting]
+        parts = [f"{rank_ranges(g.ranks)} in {g.site}" for g in waiting]
         found.append(f"the ranks wait in different collectives: {'; '.join(parts)}.")
     return found
 

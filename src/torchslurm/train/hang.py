@@ -231,7 +231,8 @@ class HangDetector:
         self.reports.append(text)
         logger.error("%s", text)
         try:
-            (self.run_dir / REPORT_FILE).write_text(text + "\n")
+            with open(self.run_dir / REPORT_FILE, "a") as out:  # hang_action=wait: one report per hang
+                out.write(text + "\n\n")
             (self.run_dir / STACKS_FILE).write_text(
                 json.dumps({str(r): json.loads(s.to_json()) for r, s in stacks.items()}, indent=1) + "\n")
         except OSError as exc:
@@ -261,7 +262,7 @@ def hang_report(stacks: dict[int, RankStack], world_size: int, stalled_s: float,
     then = ("every rank exits now (code 1, requeued as after a failure)" if action == "exit"
             else "the ranks keep waiting (hang_action=wait)")
     return "\n".join([
-        f"hang: no rank finished a step for {stalled_s:.0f} s ({how}); where each rank's main thread is, "
+        f"hang: no rank finished a step for {stalled_s:.1f} s ({how}); where each rank's main thread is, "
         "innermost call first:",
         format_groups(stacks, world_size),
         f"every thread's full stack: {run_dir / STACKS_FILE}; {then}.",
