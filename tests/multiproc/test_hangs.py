@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from tests.multiproc.conftest import clean_environ
 
 pytestmark = pytest.mark.multiproc
@@ -44,7 +43,7 @@ def test_a_blocked_loader_and_a_deadlock_are_reported_and_stacks_shows_them(
         tmp_path: Path, free_port: Callable[[], int]) -> None:
     """hang_action=wait: two hangs in one run (they end after hold_s), each reported once, naming the
     right rank and line; `torchslurm stacks --run-dir` during the first one names the same."""
-    procs = start(tmp_path, free_port(), 4, "hang=loader:1:3,lock:2:6", "hold_s=14", "hang_action=wait")
+    procs = start(tmp_path, free_port(), 4, "hang=loader:1:3:14,lock:2:6:7", "hang_action=wait")
     report = tmp_path / "hang-report.txt"
     try:
         while not report.exists():
@@ -59,8 +58,7 @@ def test_a_blocked_loader_and_a_deadlock_are_reported_and_stacks_shows_them(
     first, second = report.read_text().strip().split("\n\n")
     assert f"rank 1:       Event.wait at hang_train.py:{at['HOLD']} <- " in first
     assert "likely cause: rank 1 on " in first and "is not in a collective" in first
-    assert f"rank 2:       Lock.__enter__ at hang_train.py:{at['LOCK']}" in second or \
-        f"rank 2:       deadlock at hang_train.py:{at['LOCK']}" in second, second
+    assert f"rank 2:       in deadlock at hang_train.py:{at['LOCK']} <- " in second
     assert "likely cause: rank 2 on " in second
     assert "rank 2 thread 'holder'" in second
     assert first in results[0][1]  # the job log too

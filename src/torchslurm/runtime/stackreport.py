@@ -57,7 +57,8 @@ def short_name(func: str) -> str:
 
 def _callee(frames: Sequence[Frame], index: int) -> str:
     """What frames[index] called: the collective when one is below it, else the first frame below it
-    that is not a mere wrapper; `frames[index]` itself when it is innermost (running, or in a C call)."""
+    that is not a mere wrapper; `in f` for the innermost frame's own function f (it runs, or waits in a
+    C call: a lock, a sleep)."""
     below = frames[index + 1:]
     collective = collective_of(below, distributed=False)
     if collective is not None:
@@ -65,7 +66,7 @@ def _callee(frames: Sequence[Frame], index: int) -> str:
     for frame in below:
         if short_name(frame.func).rsplit(".", 1)[-1] not in WRAPPERS:
             return short_name(frame.func)
-    return short_name(frames[index].func)
+    return f"in {short_name(frames[index].func)}"
 
 
 def _anchors(frames: Sequence[Frame], chain: int) -> list[int]:
@@ -145,23 +146,32 @@ def likely_cause(groups: Sequence[Group]) -> str | None:
 
 
 def mismatches(groups: Sequence[Group]) -> list[str]:
-    """Collectives the ranks disagree on: different counts issued so far, or different collectives
-    (or call sites) at the same count."""
-    counts: dict[int, list[int]] = {}
-    for group in groups:
-        for rank, count in zip(group.ranks, group.collectives, strict=True):
-            if count is not None:
-                counts.setdefault(count, []).append(rank)
+    """Collectives the ranks disagree on: ranks waiting in collectives with different counts issued so
+    far, or in different collectives (or call sites) at the same count; a rank outside any collective
+    that has not issued all but the one the others wait in."""
+    waiting = {rank: count for g in groups if g.collective is not None
+               for rank, count in zip(g.ranks, g.collectives, strict=True) if count is not None}
+    outside = {rank: count for g in groups if g.collective is None
+               for rank, count in zip(g.ranks, g.collectives, strict=True) if count is not None}
     found = []
-    if len(counts) > 1:
-        parts = [f"{rank_ranges(ranks)} {count}" for count, ranks in sorted(counts.items(), key=lambda kv: -len(kv[1]))]
-        found.append(f"collectives issued so far differ: {'; '.join(parts)} (a rank skipped a collective, or "
-                     "made one the others did not).")
-    waiting = [g for g in groups if g.collective is not None]
-    same_count = {count for g in waiting for count in g.collectives}
-    if len(waiting) > 1 and len(same_count) == 1:
-        parts = [f"{rank_ranges(g.ranks)} in {g.site}" for g in waiting]
-        found.append(f"the ranks wait in different collectives: {'; '.join(parts)}.")
+    by_count: dict[int, list[int]] = {}
+    for rank, count in waiting.items():
+        by_count.setdefault(count, []).append(rank)
+    if len(by_count) > 1:
+        parts = [f"{rank_ranges(ranks)} in their collective #{count}" for count, ranks in sorted(by_count.items())]
+        found.append(f"the waiting ranks are at different collectives: {'; '.join(parts)} (a rank skipped a "
+                     "collective, or made one the others did not).")
+    elif len(by_count) == 1:
+        (count, ranks), = by_count.items()
+        behind = {rank: n for rank, n in outside.items() if n != count - 1}
+        for rank, n in sorted(behind.items()):
+            found.append(f"rank {rank} has issued {n} collectives and {rank_ranges(ranks)} wait in their #{count}: "
+                         f"rank {rank} {'skipped' if n < count - 1 else 'made'} {abs(count - 1 - n)} "
+                         f"{'more ' if n > count - 1 else ''}collective(s).")
+        calls = [g for g in groups if g.collective is not None]
+        if len(calls) > 1:
+            parts = [f"{rank_ranges(g.ranks)} in {g.site}" for g in calls]
+            found.append(f"the ranks wait in different collectives: {'; '.join(parts)}.")
     return found
 
 

@@ -1,10 +1,10 @@
 """Training script of the hang tests: the Trainer on synthetic data, with hangs injected on one rank.
 
-    python hang_train.py run_dir=DIR hang=KIND:RANK:STEP[,KIND:RANK:STEP...] [hang_action=exit] [hold_s=S]
+    python hang_train.py run_dir=DIR hang=KIND:RANK:STEP[:HOLD_S][,...] [hang_action=exit] [hang_s=3]
 
 KIND (each after optimizer step STEP, on RANK only):
-  loader — the rank's dataset blocks in __getitem__ (HOLD line below) for hold_s seconds (default: for good);
-  lock   — a thread of the rank takes a lock, and the training thread waits for it (LOCK line) for hold_s;
+  loader — the rank's dataset blocks in __getitem__ (HOLD line below) for HOLD_S seconds (default: for good);
+  lock   — a thread of the rank takes a lock, and the training thread waits for it (LOCK line) for HOLD_S;
   skip   — the other ranks all_reduce (ALL_REDUCE line); this rank skips it and waits in a barrier
            (BARRIER line): a collective mismatch, which never resolves.
 Writes DIR/lines.txt (KIND=line of the wait) and DIR/rank<R>.pid; exit code 0 after training.
@@ -75,26 +75,26 @@ def deadlock(hold_s: float) -> None:
 
 def main(args: dict[str, str]) -> int:
     run_dir = Path(args["run_dir"])
-    hangs = [h.split(":") for h in args.get("hang", "").split(",") if h]
-    hold_s = float(args.get("hold_s", "inf"))
+    hangs = [(h + ":inf").split(":")[:4] for h in args.get("hang", "").split(",") if h]
     with torchslurm.init(timeout_s=float(args.get("timeout_s", 60)), run_dir=run_dir) as ctx:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"[rank {ctx.rank}] %(message)s")
         (run_dir / f"rank{ctx.rank}.pid").write_text(str(os.getpid()))
         if ctx.rank == 0:
             markers = ("HOLD", "LOCK", "ALL_REDUCE", "BARRIER")
             (run_dir / "lines.txt").write_text("".join(f"{m}={_line(m)}\n" for m in markers))
-        config = TrainConfig(epochs=int(args.get("epochs", 2)), batch_size=8, lr=0.05, seed=1, run_dir=run_dir,
+        config = TrainConfig(epochs=int(args.get("epochs", 1)), batch_size=8, lr=0.05, seed=1, run_dir=run_dir,
                              log_every=0, checkpoint_every_epochs=0, hang_timeout_s=float(args.get("hang_s", 3)),
                              hang_action=args.get("hang_action", "exit"))
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 2))
-        train, val = data.synthetic(num_samples=int(args.get("samples", 960)), seed=3)
+        train, val = data.synthetic(num_samples=int(args.get("samples", 400)), seed=3)
         trainer: Trainer | None = None
 
         def boundary() -> bool:
             assert trainer is not None
             time.sleep(float(args.get("step_sleep", 0.02)))
-            for kind, rank, step in hangs:
+            for kind, rank, step, hold in hangs:
+                hold_s = float(hold)
                 if int(rank) != ctx.rank and kind == "skip" and trainer.global_step == int(step):
                     dist.all_reduce(torch.ones(1))  # ALL_REDUCE
                 if int(rank) != ctx.rank or trainer.global_step != int(step):
