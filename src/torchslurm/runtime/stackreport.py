@@ -59,7 +59,11 @@ def _callee(frames: Sequence[Frame], index: int) -> str:
     """What frames[index] called: the collective when one is below it, else the first frame below it
     that is not a mere wrapper; `in f` for the innermost frame's own function f (it runs, or waits in a
     C call: a lock, a sleep)."""
-    below = frames[index + 1:]
+    below = list(frames[index + 1:])
+    for depth, frame in enumerate(below):
+        if frame.kind != "library":  # the next frame of the user's or torchslurm's: its callee ends here
+            below = below[:max(depth, 1)]
+            break
     collective = collective_of(below, distributed=False)
     if collective is not None:
         return collective
