@@ -6,8 +6,18 @@ import json
 import threading
 from pathlib import Path
 
-from torchslurm.runtime.stackwatch import FOLDER, REQUEST, StackWatch, answers, ask, collect, job_dir, rank_file, \
-    registered, watching
+from torchslurm.runtime.stackwatch import (
+    FOLDER,
+    REQUEST,
+    StackWatch,
+    answers,
+    ask,
+    collect,
+    job_dir,
+    rank_file,
+    registered,
+    watching,
+)
 
 
 def test_a_rank_registers_and_answers_a_request_with_its_stacks(tmp_path: Path) -> None:
