@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from torchslurm.hostlist import compress
 from torchslurm.runtime.stackdump import Frame, RankStack, ThreadStack, collective_of
 
 CHAIN = 4
@@ -123,8 +124,8 @@ def group_ranks(stacks: Mapping[int, RankStack], distributed: bool = True) -> li
 
 
 def _hosts(group: Group) -> str:
-    hosts = list(dict.fromkeys(group.hosts))
-    return hosts[0] if len(hosts) == 1 else f"{len(hosts)} hosts"
+    """The group's hosts as a Slurm hostlist (node[1-2,4])."""
+    return compress(dict.fromkeys(group.hosts))
 
 
 def likely_cause(groups: Sequence[Group]) -> str | None:

@@ -18,7 +18,7 @@ def test_stacks_of_a_run_dir_groups_the_answers(tmp_path: Path, capsys: pytest.C
         watch.add(tmp_path)
         watch.start()
     try:
-        code = main(["stacks", "--run-dir", str(tmp_path), "--wait", "3"])
+        code = main(["stacks", "--run-dir", str(tmp_path), "--wait", "1"])
     finally:
         for watch in watches:
             watch.stop()
