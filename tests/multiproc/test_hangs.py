@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,47 +40,56 @@ def finish(procs: list[subprocess.Popen[str]], bound_s: float) -> list[tuple[int
             p.kill()
 
 
-def test_a_blocked_loader_and_a_deadlock_are_reported_and_stacks_shows_them(
-        tmp_path: Path, free_port: Callable[[], int]) -> None:
-    """hang_action=wait: two hangs in one run (they end after hold_s), each reported once, naming the
-    right rank and line; `torchslurm stacks --run-dir` during the first one names the same."""
-    procs = start(tmp_path, free_port(), 4, "hang=loader:1:3:14,lock:2:6:7", "hang_action=wait")
+def wait_for(report: Path, count: int, procs: list[subprocess.Popen[str]], bound_s: float) -> list[str]:
+    """The first `count` reports in `report` once written (every rank still running meanwhile)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        reports = report.read_text().strip().split("\n\n") if report.exists() else []
+        if len(reports) >= count and report.read_text().endswith("\n\n"):
+            return reports
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        assert time.monotonic() < deadline, f"{len(reports)} of {count} hang reports within {bound_s} s"
+        time.sleep(0.2)
+
+
+def test_three_kinds_of_hang_are_reported_and_stacks_shows_one(tmp_path: Path, free_port: Callable[[], int]) -> None:
+    """hang_action=wait, one 4-rank run: a blocked data loader (rank 1) and a deadlock (rank 2) that end
+    after a while, then a rank (3) that skipped the others' all_reduce and waits in a barrier, which
+    never ends. Each is reported once, naming the rank and the line; `torchslurm stacks --run-dir`
+    during the first names the same."""
+    procs = start(tmp_path, free_port(), 4, "hang=loader:1:3:14,lock:2:6:7,skip:3:9", "hang_action=wait")
     report = tmp_path / "hang-report.txt"
     try:
-        while not report.exists():
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-            subprocess.run(["sleep", "0.2"], check=True)
+        wait_for(report, 1, procs, bound_s=240)
         stacks = subprocess.run([sys.executable, "-m", "torchslurm", "stacks", "--run-dir", str(tmp_path)],
                                 capture_output=True, text=True, timeout=30, env={**os.environ})
+        loader, lock, skip = wait_for(report, 3, procs, bound_s=120)
     finally:
-        results = finish(procs, bound_s=120)
+        for p in procs:  # the last hang never ends
+            p.kill()
+        results = [(p.wait(), p.communicate()[1]) for p in procs]
     at = lines(tmp_path)
-    assert [code for code, _ in results] == [0, 0, 0, 0], results[0][1]
-    first, second = report.read_text().strip().split("\n\n")
-    assert f"rank 1:       Event.wait at hang_train.py:{at['HOLD']} <- " in first
-    assert "likely cause: rank 1 on " in first and "is not in a collective" in first
-    assert f"rank 2:       in deadlock at hang_train.py:{at['LOCK']} <- " in second
-    assert "likely cause: rank 2 on " in second
-    assert "rank 2 thread 'holder'" in second
-    assert first in results[0][1]  # the job log too
+    assert f"rank 1:       Event.wait at hang_train.py:{at['HOLD']} <- " in loader
+    assert "likely cause: rank 1 on " in loader and "is not in a collective" in loader
+    assert f"rank 2:       in deadlock at hang_train.py:{at['LOCK']} <- " in lock
+    assert "likely cause: rank 2 on " in lock and "rank 2 thread 'holder': " in lock
+    assert f"ranks 0-2: all_reduce at hang_train.py:{at['ALL_REDUCE']} <- " in skip
+    assert f"rank 3:    barrier at hang_train.py:{at['BARRIER']} <- " in skip
+    assert "likely cause: rank 3 on " in skip and "the only rank at barrier" in skip
+    assert (f"mismatch: the ranks wait in different collectives: ranks 0-2 in all_reduce at "
+            f"hang_train.py:{at['ALL_REDUCE']}; rank 3 in barrier at hang_train.py:{at['BARRIER']}.") in skip
+    assert loader in results[0][1]  # the job log too
     assert stacks.returncode == 0, stacks.stderr
     assert "4 of 4 rank(s) answered" in stacks.stdout
     assert f"Event.wait at hang_train.py:{at['HOLD']}" in stacks.stdout
     assert "likely cause: rank 1 on " in stacks.stdout
 
 
-def test_a_rank_in_another_collective_is_called_out_and_every_rank_exits(
-        tmp_path: Path, free_port: Callable[[], int]) -> None:
-    """Ranks 0-1 all_reduce, rank 2 skipped it and waits in a barrier: with Gloo this never ends by
-    itself (not even at the group timeout); the report names the mismatch and every rank exits with 1."""
-    results = finish(start(tmp_path, free_port(), 3, "hang=skip:2:3", "hang_action=exit"), bound_s=120)
-    at = lines(tmp_path)
-    assert [code for code, _ in results] == [1, 1, 1], results[0][1]
+def test_after_a_hang_report_every_rank_exits_with_a_failure(tmp_path: Path, free_port: Callable[[], int]) -> None:
+    """hang_action=exit: rank 1's loader blocks for good; both ranks exit with 1 after the report."""
+    results = finish(start(tmp_path, free_port(), 2, "hang=loader:1:2", "hang_action=exit"), bound_s=120)
+    assert [code for code, _ in results] == [1, 1], results[0][1]
     text = (tmp_path / "hang-report.txt").read_text()
-    assert f"ranks 0-1: all_reduce at hang_train.py:{at['ALL_REDUCE']} <- " in text
-    assert f"rank 2:    barrier at hang_train.py:{at['BARRIER']} <- " in text
-    assert (f"mismatch: the ranks wait in different collectives: ranks 0-1 in all_reduce at "
-            f"hang_train.py:{at['ALL_REDUCE']}; rank 2 in barrier at hang_train.py:{at['BARRIER']}.") in text
-    assert "likely cause: rank 2 on " in text
+    assert "likely cause: rank 1 on " in text and "every rank exits now (code 1" in text
     assert text.strip() in results[0][1]
     assert (tmp_path / "hang-stacks.json").is_file()

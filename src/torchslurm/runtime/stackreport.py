@@ -147,7 +147,8 @@ def likely_cause(groups: Sequence[Group]) -> str | None:
     if sizes[0] == sizes[1]:
         return None
     odd = min(groups, key=lambda g: len(g.ranks))
-    return f"{rank_ranges(odd.ranks)} on {_hosts(odd)}: the only ones at {odd.site}."
+    only = "the only rank" if len(odd.ranks) == 1 else "the only ranks"
+    return f"{rank_ranges(odd.ranks)} on {_hosts(odd)}: {only} at {odd.site}."
 
 
 def mismatches(groups: Sequence[Group]) -> list[str]:

@@ -203,6 +203,7 @@ class HangDetector:
         from torchslurm.runtime.distributed import collectives_issued
 
         rank, world = self.ctx.rank, self.ctx.world_size
+        started = time.monotonic()
         mine = snapshot(rank, world, collectives_issued(), self.steps, skip_thread=threading.get_ident())
         store.set(_STACK.format(episode, rank), mine.to_json())
         store.add(_POSTED.format(episode), 1)
@@ -212,7 +213,7 @@ class HangDetector:
             time.sleep(0.1)
         lower = next((r for r in range(rank) if store.check([_STACK.format(episode, r)])), None)
         if lower is None:
-            self._report(store, episode, stalled_s, limit)
+            self._report(store, episode, stalled_s + time.monotonic() - started, limit)
             store.set(_REPORTED.format(episode), "1")
         else:
             waited = time.monotonic() + window + 10.0
@@ -221,13 +222,14 @@ class HangDetector:
         if self.action == "exit":
             self._leave(store, episode, reporter=lower is None)
 
-    def _report(self, store: Store, episode: int, stalled_s: float, limit: float | None) -> None:
+    def _report(self, store: Store, episode: int, waited_s: float, limit: float | None) -> None:
+        """Group the posted stacks and write the report; `waited_s`: from the last progress seen to now."""
         stacks: dict[int, RankStack] = {}
         for rank in range(self.ctx.world_size):
             key = _STACK.format(episode, rank)
             if store.check([key]):
                 stacks[rank] = RankStack.from_json(store.get(key).decode())
-        text = hang_report(stacks, self.ctx.world_size, stalled_s, limit, self.run_dir, self.action)
+        text = hang_report(stacks, self.ctx.world_size, waited_s, limit, self.run_dir, self.action)
         self.reports.append(text)
         logger.error("%s", text)
         try:

@@ -59,7 +59,7 @@ def test_a_loader_stuck_on_one_rank_is_the_likely_cause() -> None:
 def test_a_rank_in_another_collective_is_a_mismatch() -> None:
     stacks = {0: rank(0, step(88, C10D)), 1: rank(1, step(88, C10D)), 2: rank(2, step(95, BARRIER))}
     groups = group_ranks(stacks)
-    assert likely_cause(groups) == "rank 2 on node1: the only ones at barrier at train.py:95."
+    assert likely_cause(groups) == "rank 2 on node1: the only rank at barrier at train.py:95."
     assert mismatches(groups) == ["the ranks wait in different collectives: ranks 0-1 in all_reduce at train.py:88; "
                                   "rank 2 in barrier at train.py:95."]
 
