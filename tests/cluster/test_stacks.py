@@ -35,6 +35,7 @@ def test_stacks_of_a_running_job_without_stopping_it(cluster: Cluster) -> None:
     stacks = subprocess.run([sys.executable, "-m", "torchslurm", "stacks", job], capture_output=True, text=True,
                             timeout=60, env={**cluster.environ, "HOME": str(home)})
     (cluster.job_dir / "stop").write_text("")
+    print(f"$ torchslurm stacks {job}\n{stacks.stdout}")  # shown with -s
     assert cluster.wait(job) == "COMPLETED", cluster.output(job)[-3000:]
     assert stacks.returncode == 0, stacks.stdout + stacks.stderr
     assert f"job {job}: 2 of 2 rank(s) answered in " in stacks.stdout

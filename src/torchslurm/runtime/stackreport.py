@@ -142,7 +142,8 @@ def likely_cause(groups: Sequence[Group]) -> str | None:
         others = sorted(r for g in waiting for r in g.ranks)
         names = sorted({g.collective for g in waiting if g.collective})
         return (f"{rank_ranges(odd.ranks)} on {_hosts(odd)} {'is' if len(odd.ranks) == 1 else 'are'} not in a "
-                f"collective ({odd.site}); {rank_ranges(others)} wait for it in {', '.join(names)}.")
+                f"collective ({odd.site}); {rank_ranges(others)} {'waits' if len(others) == 1 else 'wait'} for it in "
+                f"{', '.join(names)}.")
     sizes = sorted(len(g.ranks) for g in groups)
     if sizes[0] == sizes[1]:
         return None
