@@ -9,6 +9,7 @@ snapshot too; such a rank does not answer, and the report says so.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -93,6 +94,7 @@ def frame_kind(file: str, library_roots: Sequence[str], own_root: str) -> str:
     return "user"
 
 
+@functools.cache
 def library_roots() -> tuple[str, ...]:
     """Folders of code that is not the user's: the standard library and installed packages."""
     paths = sysconfig.get_paths()
@@ -106,12 +108,19 @@ OWN_ROOT = os.path.realpath(str(Path(__file__).parent.parent)) + os.sep
 """The torchslurm package's folder."""
 
 
-def _frames(frame: FrameType | None, roots: Sequence[str]) -> tuple[Frame, ...]:
+@functools.lru_cache(maxsize=4096)
+def _where(filename: str) -> tuple[str, str]:
+    """A code object's file, resolved, and its kind (a file's kind never changes: cached)."""
+    file = os.path.realpath(filename) if not filename.startswith("<") else filename
+    return file, frame_kind(file, library_roots(), OWN_ROOT)
+
+
+def _frames(frame: FrameType | None) -> tuple[Frame, ...]:
     found: list[Frame] = []
     while frame is not None:
         code = frame.f_code
-        file = os.path.realpath(code.co_filename) if not code.co_filename.startswith("<") else code.co_filename
-        found.append(Frame(file, frame.f_lineno, code.co_qualname, frame_kind(file, roots, OWN_ROOT)))
+        file, kind = _where(code.co_filename)
+        found.append(Frame(file, frame.f_lineno, code.co_qualname, kind))
         frame = frame.f_back
     return tuple(reversed(found))
 
@@ -119,11 +128,10 @@ def _frames(frame: FrameType | None, roots: Sequence[str]) -> tuple[Frame, ...]:
 def snapshot(rank: int, world_size: int, collectives: int | None = None, steps: int | None = None,
              skip_thread: int | None = None) -> RankStack:
     """Every thread's stack of this process now (`skip_thread`: the ident of the thread asking, left out)."""
-    roots = library_roots()
     names = {t.ident: t.name for t in threading.enumerate()}
     main_ident = threading.main_thread().ident
     threads = tuple(
-        ThreadStack(names.get(ident, f"thread {ident}"), ident == main_ident, _frames(frame, roots))
+        ThreadStack(names.get(ident, f"thread {ident}"), ident == main_ident, _frames(frame))
         for ident, frame in sys._current_frames().items() if ident != skip_thread)
     threads = tuple(sorted(threads, key=lambda t: (not t.main, t.name)))
     return RankStack(rank, world_size, socket.gethostname(), os.getpid(), threads, collectives, steps, time.time())
