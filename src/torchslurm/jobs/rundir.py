@@ -2,10 +2,11 @@
 there (its stragglers). Torch-free.
 
 Slurm knows a job's working directory and log files but not where its Trainer writes. So rank 0 of
-a Trainer in a Slurm job leaves a one-line pointer, `<state dir>/torchslurm/jobs/<job id>`, holding
-the absolute run_dir; the state dir is $XDG_STATE_HOME, else ~/.local/state, in the home directory
-that a cluster shares between its login and compute nodes. A requeued job (same id) rewrites it.
-Without the pointer (a home directory that is not shared), `status JOB --run-dir DIR` names it.
+a Trainer in a Slurm job leaves a one-line pointer, `run_dir`, in the job's folder
+`~/.torchslurm/jobs/<job id>/` (the folder `torchslurm stacks JOB` reads too: runtime.stackwatch),
+holding the absolute run_dir: the home directory is what a cluster shares between its login and
+compute nodes. A requeued job (same id) rewrites it. Without the pointer (a home directory that is
+not shared), `status JOB --run-dir DIR` names it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from pathlib import Path
 
 from torchslurm.errors import SlurmError
 from torchslurm.jobs.slurm import check_job_id
+from torchslurm.runtime.stackwatch import job_dir
+
+POINTER = "run_dir"
 
 
 def pointer_path(job_id: str, environ: Mapping[str, str]) -> Path | None:
-    """Where the pointer of `job_id` lives; None when neither XDG_STATE_HOME nor HOME is set."""
-    state = environ.get("XDG_STATE_HOME") or (environ.get("HOME") and str(Path(environ["HOME"]) / ".local" / "state"))
-    return Path(state) / "torchslurm" / "jobs" / check_job_id(job_id) if state else None
+    """Where the pointer of `job_id` lives; None when HOME is not set."""
+    home = environ.get("HOME")
+    return job_dir(check_job_id(job_id), Path(home)) / POINTER if home else None
 
 
 def remember(run_dir: Path, environ: Mapping[str, str]) -> Path | None:

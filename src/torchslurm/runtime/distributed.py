@@ -17,6 +17,7 @@ import socket
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from types import TracebackType
 
 import torch
@@ -28,6 +29,7 @@ from torchslurm.runtime import devices, gpubind, netif
 from torchslurm.runtime.devices import BACKENDS
 from torchslurm.runtime.distenv import DistEnv, detect
 from torchslurm.runtime.handshake import agree_namespace
+from torchslurm.runtime.stackwatch import StackWatch, job_dir
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +87,12 @@ class DistContext:
         shutdown(wait_for_peers=exc is None)
 
 
+_watch: StackWatch | None = None
+"""This process's `torchslurm stacks` responder: process-wide, like torch.distributed's own group."""
+
+
 def init(backend: str | None = None, timeout_s: float | None = None,
-         environ: MutableMapping[str, str] | None = None) -> DistContext:
+         environ: MutableMapping[str, str] | None = None, run_dir: str | os.PathLike[str] | None = None) -> DistContext:
     """Initialise torch.distributed for this process, whatever launched it.
 
     backend: 'nccl' or 'gloo'; default: TORCHSLURM_BACKEND (written by `torchslurm script` from the
@@ -94,6 +100,8 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     timeout_s: how long to wait for peers (default DEFAULT_TIMEOUT_S).
     environ: the process environment (default os.environ); NIC variables are written into it
     because NCCL and Gloo read them from the process environment at init.
+    run_dir: a folder (shared by the nodes) through which `torchslurm stacks --run-dir` reaches this
+    run's ranks; under Slurm `torchslurm stacks JOB` reaches them without it (runtime.stackwatch).
     """
     environ = os.environ if environ is None else environ
     if dist.is_available() and dist.is_initialized():
@@ -122,6 +130,7 @@ def init(backend: str | None = None, timeout_s: float | None = None,
                  dict(interface_env))
     store_prefix, device = _init_process_group(env, chosen_backend, device, timeout, environ, agree)
     _check_all_joined(env, device)
+    _start_stack_watch(env, run_dir)
     return DistContext(env=env, device=device, backend=chosen_backend, interface_env=interface_env,
                        timeout_s=timeout.total_seconds(), store_prefix=store_prefix)
 
@@ -135,6 +144,10 @@ def shutdown(wait_for_peers: bool = True) -> None:
     without an active exception") when a DistributedDataParallel outlives its group; a DDP
     model the caller still holds must be deleted before leaving init().
     """
+    global _watch
+    if _watch is not None:
+        _watch.stop()
+        _watch = None
     if not (dist.is_available() and dist.is_initialized()):
         return
     if wait_for_peers:
@@ -144,6 +157,29 @@ def shutdown(wait_for_peers: bool = True) -> None:
             logger.warning("shutdown: not every rank reached the final barrier (%s)", _first_line(exc))
     gc.collect()
     dist.destroy_process_group()
+
+
+def stack_watch() -> StackWatch | None:
+    """The `torchslurm stacks` responder init() started in this process (None before init())."""
+    return _watch
+
+
+def _start_stack_watch(env: DistEnv, run_dir: str | os.PathLike[str] | None) -> None:
+    global _watch
+    _watch = StackWatch(env.rank, env.world_size, collectives=collectives_issued)
+    for folder in ([job_dir(env.job_id, Path.home())] if env.job_id else []) + ([Path(run_dir)] if run_dir else []):
+        _watch.add(folder)
+    _watch.start()
+
+
+def collectives_issued() -> int | None:
+    """Collectives this rank issued on the default group (its sequence number); read from another
+    thread while the main one may be blocked in a collective (a plain counter read in C++)."""
+    try:
+        group = dist.distributed_c10d._get_default_group()
+        return int(group._get_sequence_number_for_group())  # type: ignore[attr-defined]
+    except (RuntimeError, ValueError, AttributeError):
+        return None
 
 
 def choose_backend(requested: str | None, device: torch.device, setting: str = "backend") -> str:

@@ -23,6 +23,7 @@ from torchslurm.train.preflight import run_dir_problem
 LR_SCALINGS = ("none", "linear", "sqrt")
 AMP_MODES = ("off", "bf16", "fp16")
 STRATEGIES = ("ddp", "fsdp")
+HANG_ACTIONS = ("exit", "wait", "off")
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,12 @@ class TrainConfig:
     """Gathers a straggler verdict looks at: a rank is named once more than half of them saw it slow."""
     straggler_threshold: float = 1.3
     """A rank whose compute time per step is this many times the median of the others' is a straggler."""
+    hang_timeout_s: float = 0.0
+    """Seconds without any rank finishing a step before every rank's stack is reported (docs/hangs.md); 0: from
+    the run's own step times, max(60 s, 20 x the median step), below the process group timeout."""
+    hang_action: str = "exit"
+    """After a hang report (job log and run_dir/hang-report.txt): exit (the run ends as after a failed collective:
+    exit code 1, requeued when failures requeue) | wait (keep waiting; report again after the next hang) | off."""
 
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
@@ -95,10 +102,18 @@ class TrainConfig:
             _choice("lr_scaling", self.lr_scaling, LR_SCALINGS),
             _choice("amp", self.amp, AMP_MODES),
             _choice("strategy", self.strategy, STRATEGIES),
+            _choice("hang_action", self.hang_action, HANG_ACTIONS),
+            _require("hang_timeout_s", self.hang_timeout_s,
+                     self.hang_timeout_s >= 0 and math.isfinite(self.hang_timeout_s),
+                     "0 (derived from the step times) or a positive number of seconds", "hang_timeout_s=120"),
             None if self.resume else ConfigError(
                 "resume='' is empty; expected auto, never or a checkpoint directory.",
                 "resume=auto continues from the newest checkpoint in run_dir."),
         ])
+
+    def lr_factor(self, world_size: int) -> float:
+        """What lr_scaling multiplies the learning rate by for `world_size` ranks."""
+        return {"none": 1.0, "linear": float(world_size), "sqrt": math.sqrt(world_size)}[self.lr_scaling]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (for checkpoints and logs)."""

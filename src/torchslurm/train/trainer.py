@@ -10,7 +10,6 @@ checkpoint. Checkpoints are taken only at optimizer-step boundaries.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -26,11 +25,13 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.rundir import remember
 from torchslurm.jobs.slurm import run_command_status
+from torchslurm.runtime.distributed import stack_watch
 from torchslurm.train.checkpoint.checkpointer import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.layout import CHECKPOINTS
 from torchslurm.train.config import TrainConfig, device_problem
 from torchslurm.train.data import ShardSampler, SkipSampler, batches
 from torchslurm.train.events import EventWriter
+from torchslurm.train.hang import hang_watch
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import run_dir_problem
@@ -106,6 +107,7 @@ class Trainer:
         self.task = task or classification()
         self.optimizer, self.loss_fn = optimizer, loss_fn
         self.train_data, self.val_data = train_data, val_data
+        self.lr_factor = config.lr_factor(self.topo.world_size)
         for group in optimizer.param_groups:
             group["lr"] = config.lr * self.lr_factor
         self.scheduler = scheduler(optimizer) if scheduler else None
@@ -120,6 +122,9 @@ class Trainer:
                                           ask_deadline=preemption is None and self.is_main)
             should_stop = self._preemption.should_stop
         self.should_stop: Callable[[], bool] = should_stop
+        self.hang = hang_watch(ctx, config.hang_timeout_s, config.hang_action, config.run_dir, on_hang=(
+            self._preemption.requeue_after_failure if self._preemption and ctx and requeues_after_failure(ctx.env)
+            else None))
         self.log = MetricsLog(config.run_dir / "metrics.jsonl",
                               EventWriter(config.run_dir / "tensorboard") if self.is_main else None)
         self.curves = CurvePlotter(config.run_dir / "curves.png", self.log.records)
@@ -131,11 +136,6 @@ class Trainer:
             keep_last=config.keep_last, config=config.to_dict(), background=config.checkpoint_async,
             order={"world_size": self.topo.world_size, "batch_size": config.batch_size, "seed": config.seed,
                    "grad_accum_steps": config.grad_accum_steps})
-
-    @property
-    def lr_factor(self) -> float:
-        w = self.topo.world_size
-        return {"none": 1.0, "linear": float(w), "sqrt": math.sqrt(w)}[self.config.lr_scaling]
 
     @property
     def is_main(self) -> bool:
@@ -151,6 +151,9 @@ class Trainer:
             stack.callback(self.steptime.close)
             if self._preemption is not None:
                 self._protect(stack, self._preemption)
+            stack.enter_context(self.hang)
+            if (watch := stack_watch()) is not None:
+                watch.add(self.config.run_dir)  # `torchslurm stacks --run-dir` reaches the ranks
             try:
                 result = self._fit()
                 self.checkpointer.finish()
@@ -172,8 +175,9 @@ class Trainer:
     def _fit(self) -> FitResult:
         self.strategy.settle(self._backward_once, self.optimizer)  # before the streams are seeded or restored
         self.checkpointer.open()  # before the first step: the epoch-end saves are written beside validation
-        if not self.restore():
-            seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
+        with self.hang.paused():
+            if not self.restore():
+                seed_everything(self.config.seed + self.topo.rank)  # per-rank dropout streams
         self.report.start(self.lr_factor)
         if self.is_main:
             remember(self.config.run_dir, self._environ)  # `torchslurm status JOB` finds the run's files
@@ -230,6 +234,7 @@ class Trainer:
             if not boundary:
                 continue
             self._optimizer_step()
+            self.hang.step_done()
             if (gather := self.steptime.step_done(self.global_step)) is not None:
                 self.report.step_times(self.global_step, gather, self.steptime.stragglers, self.steptime.window_steps)
             if cfg.log_every and self.global_step % cfg.log_every == 0:
@@ -319,6 +324,7 @@ class Trainer:
                 inputs, targets = inputs.to(self.device), targets.to(self.device)
                 output = model(inputs).float()
                 sums += self.task.sums(output, targets, self.loss_fn(output, targets))
+                self.hang.beat()
             self.strategy.pad_evaluation(data, len(loader), self.config.batch_size)
         model.train()
         return sums
@@ -364,7 +370,8 @@ class Trainer:
         Every rank must call it. With checkpoint_async the tensors are copied to CPU memory here
         and written in the background (after the previous background save, if one is in flight);
         the returned folder is complete once `wait_for_checkpoint()` returns."""
-        return self.checkpointer.save(self.progress())
+        with self.hang.paused():
+            return self.checkpointer.save(self.progress())
 
     def wait_for_checkpoint(self) -> None:
         """Return once a background save is complete (at once without one); raise its error."""

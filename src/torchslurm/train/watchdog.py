@@ -121,12 +121,7 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     def _store(self, timeout_s: float = STORE_TIMEOUT_S) -> Store:
-        from torch._C._distributed_c10d import PrefixStore, TCPStore
-
-        env = self.ctx.env
-        store = TCPStore(env.master_addr, env.master_port, is_master=False,
-                         timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
-        return PrefixStore(self.ctx.store_prefix, store)
+        return store_client(self.ctx, timeout_s)
 
     def start(self) -> None:
         """Gather every rank's host (one all_gather) and start the heartbeat."""
@@ -333,6 +328,17 @@ class Watchdog:
                          if stages[rank] < 2 and after[rank] != before[rank]]
             if not undecided:
                 return
+
+
+def store_client(ctx: DistContext, timeout_s: float = STORE_TIMEOUT_S) -> Store:
+    """A new client of the job's store, in this run's part of it (a thread of its own needs its own
+    client: one TCPStore client serves one request at a time)."""
+    from torch._C._distributed_c10d import PrefixStore, TCPStore
+
+    env = ctx.env
+    store = TCPStore(env.master_addr, env.master_port, is_master=False,
+                     timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    return PrefixStore(ctx.store_prefix, store)
 
 
 def _within(seconds: float, call: Callable[[], _T]) -> _T:

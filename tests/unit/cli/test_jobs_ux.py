@@ -362,7 +362,6 @@ def test_status_names_the_stragglers_of_the_jobs_run(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("torchslurm.jobs.slurm.SlurmClient.status", lambda self, job: _recorded_status(
         "scontrol_running.txt"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     remember(run_dir, {"HOME": str(tmp_path / "home"), "SLURM_JOB_ID": "1"})  # what the job's rank 0 does
