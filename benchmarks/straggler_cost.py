@@ -13,12 +13,9 @@ other processes on a shared machine), each with the median of the per-round rati
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -80,17 +77,8 @@ def rank_main(rounds: int, batch_size: int) -> None:
                       f"{statistics.median(cpu[name]):9.3f} {cpu_ratio:6.3f}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=9, help="epochs of each setting (the first is a warm-up)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    args = parser.parse_args()
-    if "RANK" not in os.environ:  # not a rank yet: start 2 with torchslurm run
-        return subprocess.call([sys.executable, "-m", "torchslurm", "run", "--nproc", "2", __file__,
-                                "--rounds", str(args.rounds), "--batch-size", str(args.batch_size)])
-    rank_main(args.rounds, args.batch_size)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _two_ranks import main
+
+    sys.exit(main(__file__, __doc__, rank_main, rounds=9, batch_size=8))
