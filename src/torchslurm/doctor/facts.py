@@ -154,15 +154,22 @@ def master_name(env: distenv.DistEnv, environ: Mapping[str, str]) -> str:
 
 
 def first_node(env: distenv.DistEnv, environ: Mapping[str, str]) -> str | None:
-    """Where srun puts rank 0: the first node of the step (an srun task) or of the job (a batch shell)."""
+    """Where the store runs without MASTER_ADDR: the first node of the step (an srun task) or of the job
+    (a batch shell)."""
+    nodes = slurm_nodes(env, environ)
+    return nodes[0] if nodes else None
+
+
+def slurm_nodes(env: distenv.DistEnv, environ: Mapping[str, str]) -> list[str]:
+    """The nodes of the step (an srun task) or of the job (a batch shell); [] outside Slurm."""
     if env.launcher not in ("srun", "batch"):
-        return None
+        return []
     names = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST") if env.launcher == "srun" else ("SLURM_JOB_NODELIST",)
     nodes = next((environ[n] for n in names if environ.get(n)), None)
     try:
-        return hostlist.expand(nodes)[0] if nodes else None
+        return hostlist.expand(nodes) if nodes else []
     except TorchSlurmError:
-        return None
+        return []
 
 
 def num_nodes(env: distenv.DistEnv, environ: Mapping[str, str]) -> int:

@@ -18,6 +18,7 @@ from torchslurm.doctor.facts import (
     placement,
     requested_backend,
     skipped,
+    slurm_nodes,
 )
 from torchslurm.errors import EnvError
 from torchslurm.runtime import distenv, netif, ports
@@ -39,11 +40,13 @@ def check_master_addr(facts: Facts) -> Check:
                      "use a node name of this job or an IP address.", master)
     shown = f"{given} resolves to {', '.join(facts.master_ips)} on {facts.hostname}"
     first = first_node(env, facts.environ)
-    if (first and master != first and facts.first_node_ips and hard_coded
-            and not set(facts.master_ips) & set(facts.first_node_ips)):
+    # A MASTER_ADDR naming a node of the job is fine: the first task there hosts the store (distenv).
+    if (first and master != first and master not in slurm_nodes(env, facts.environ) and facts.first_node_ips
+            and hard_coded and not set(facts.master_ips) & set(facts.first_node_ips)):
         return Check("master_addr", "error", f"{shown}, but rank 0 runs on {first} ({facts.first_node_ips[0]}), the "
                      "first node of this Slurm step: rank 0 starts the store there while the others wait at "
-                     f"{master} (a hard-coded MASTER_ADDR).", "remove MASTER_ADDR from the job script; torchslurm "
+                     f"{master} (a hard-coded MASTER_ADDR that is none of the job's nodes).", "remove MASTER_ADDR "
+                     "from the job script; torchslurm "
                      "uses the first node of the step (or: scontrol show hostnames $SLURM_JOB_NODELIST | head -n1).",
                      master)
     loopback = all(ipaddress.ip_address(ip.split("%", 1)[0]).is_loopback for ip in facts.master_ips)

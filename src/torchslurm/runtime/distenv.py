@@ -48,7 +48,7 @@ class DistEnv:
     num_nodes: int
     """Number of nodes in the step."""
     master_addr: str
-    """Host that runs rank 0 (the TCPStore server)."""
+    """Host of the TCPStore server every rank connects to (see hosts_store for which process serves it)."""
     master_port: int
     """TCP port of the store on master_addr."""
     launcher: str

@@ -65,6 +65,9 @@ def test_hard_coded_master_addr_that_is_not_rank_0s_node_fails() -> None:
     assert "remove MASTER_ADDR" in check.hint
     same_node = facts({**SRUN, "MASTER_ADDR": "198.18.0.11"}, first_node_ips=("198.18.0.11",))
     assert netcheck.check_master_addr(same_node).status == "ok"
+    # another node of the step: its first task hosts the store (runtime.distenv), so the job trains
+    other_node = facts({**SRUN, "MASTER_ADDR": "node2"}, master_ips=("198.18.0.12",), first_node_ips=("198.18.0.11",))
+    assert netcheck.check_master_addr(other_node).status == "ok"
 
 
 def test_fixed_master_port_inside_slurm_warns() -> None:
