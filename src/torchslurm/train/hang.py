@@ -68,6 +68,10 @@ _STACK = "torchslurm/hang/{}/stack/{}"
 _POSTED = "torchslurm/hang/{}/posted"
 _REPORTED = "torchslurm/hang/{}/reported"
 _EXITED = "torchslurm/hang/{}/exited"
+_REQUEUED = "torchslurm/hang/{}/requeued"
+REQUEUE_WAIT_S = 15.0
+"""How long the other ranks wait for the reporter's requeue before they exit: the first rank to exit
+ends the srun step (--kill-on-bad-exit), which would kill the reporter in the middle of it."""
 
 
 def hang_timeout(configured_s: float, step_times_s: Sequence[float], group_timeout_s: float) -> float | None:
@@ -242,8 +246,14 @@ class HangDetector:
 
     def _leave(self, store: Store, episode: int, reporter: bool) -> None:
         """Requeue once (the reporter), let the store's host go last, and exit."""
-        if reporter and self.on_hang is not None:
-            self.on_hang()
+        if reporter:
+            if self.on_hang is not None:
+                self.on_hang()
+            store.add(_REQUEUED.format(episode), 1)
+        else:
+            deadline = time.monotonic() + REQUEUE_WAIT_S
+            while time.monotonic() < deadline and int(store.add(_REQUEUED.format(episode), 0)) < 1:
+                time.sleep(0.1)
         store.add(_EXITED.format(episode), 1)
         if self.ctx.env.hosts_store:  # the others still read the store: leave last (bounded)
             posted = int(store.add(_POSTED.format(episode), 0))
