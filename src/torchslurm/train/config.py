@@ -84,7 +84,9 @@ class TrainConfig:
     the run's own step times, max(60 s, 20 x the median step), below the process group timeout."""
     hang_action: str = "exit"
     """After a hang report (job log and run_dir/hang-report.txt): exit (the run ends as after a failed collective:
-    exit code 1, requeued when failures requeue) | wait (keep waiting; report again after the next hang) | off."""
+    exit code 1, requeued when failures requeue: the Trainer's own preemption; a caller that passes its own
+    should_stop and watchdog wants wait, so that its watchdog ends and requeues the run) | wait (keep waiting;
+    report again after the next hang) | off."""
 
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type

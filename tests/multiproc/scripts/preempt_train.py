@@ -72,7 +72,8 @@ def train(args: dict[str, str]) -> int:
                                                 ctx.store_prefix, os.environ.get("TORCHELASTIC_RESTART_COUNT", "-"))
         config = TrainConfig(epochs=int(args.get("epochs", 3)), batch_size=int(args.get("batch_size", 16)),
                              lr=0.05, seed=int(args.get("seed", 7)), run_dir=run_dir, log_every=0,
-                             checkpoint_every_steps=int(args.get("checkpoint_every_steps", 0)))
+                             checkpoint_every_steps=int(args.get("checkpoint_every_steps", 0)),
+                             hang_action="wait")  # this script's own watchdog ends and requeues the run
         torch.manual_seed(config.seed)
         model = Model(int(args.get("ballast_mb", 0)))
         train, val = data.synthetic(num_samples=int(args.get("samples", 400)), seed=3)
