@@ -35,12 +35,24 @@ MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
 
 def digits(val_fraction: float = 0.2, split_seed: int = 0) -> Split:
     """scikit-learn's bundled 8×8 digits (1,797 images, no download), as (N, 1, 8, 8) floats."""
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    images = np.asarray(bunch.images, dtype=np.float32) / 16.0
+    table = np.loadtxt(_digits_file(), delimiter=",", dtype=np.float32)
+    images = table[:, :-1].reshape(-1, 8, 8) / 16.0
     images = (images - images.mean()) / images.std()
-    return _split(images[:, None, :, :], np.asarray(bunch.target), val_fraction, split_seed)
+    return _split(images[:, None, :, :], table[:, -1].astype(np.int64), val_fraction, split_seed)
+
+
+def _digits_file() -> Path:
+    """The CSV that `sklearn.datasets.load_digits` reads, found without importing scikit-learn
+    (whose import costs every rank about two seconds of start-up)."""
+    spec = importlib.util.find_spec("sklearn")
+    found = [Path(d) / "datasets" / "data" / "digits.csv.gz" for d in (spec.submodule_search_locations or [])
+             ] if spec else []
+    if not found or not found[0].is_file():
+        raise ConfigError(
+            "dataset=digits needs scikit-learn's bundled digits data; scikit-learn is not installed "
+            f"(looked for {found[0] if found else 'the sklearn package'}).",
+            "pip install 'torchslurm[train]' (or scikit-learn), or use dataset=synthetic or dataset=mnist.")
+    return found[0]
 
 
 def synthetic(num_samples: int = 4096, shape: Sequence[int] = (10,), num_classes: int = 2,

@@ -9,6 +9,28 @@ from torchslurm.errors import ConfigError
 from torchslurm.train import data
 
 
+def test_digits_are_sklearns_load_digits_read_without_importing_sklearn() -> None:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    train, val = data.digits(val_fraction=0.2, split_seed=0)
+    ours = torch.cat([train.tensors[0], val.tensors[0]])  # type: ignore[attr-defined]
+    labels = torch.cat([train.tensors[1], val.tensors[1]])  # type: ignore[attr-defined]
+    order = np.random.default_rng(0).permutation(len(bunch.target))
+    order = np.concatenate([order[len(val):], order[:len(val)]])  # train first, as concatenated above
+    images = np.asarray(bunch.images, dtype=np.float32) / 16.0
+    expected = torch.from_numpy((images - images.mean()) / images.std())[order]
+    assert torch.equal(ours[:, 0], expected)
+    assert torch.equal(labels, torch.from_numpy(bunch.target.astype(np.int64))[order])
+
+
+def test_digits_without_scikit_learn_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match="scikit-learn is not installed") as info:
+        data.digits()
+    assert "dataset=synthetic" in (info.value.hint or "")
+
+
 def test_digits_split_is_deterministic_and_disjoint() -> None:
     train, val = data.digits(val_fraction=0.2, split_seed=0)
     assert (len(train), len(val)) == (1438, 359)
