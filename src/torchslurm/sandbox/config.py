@@ -28,7 +28,8 @@ APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 PACKAGE_COMMANDS = {"slurmctld": "slurmctld", "slurmd": "slurmd", "slurm-client": "sbatch", "munge": "munged"}
 # Real clusters name NICs differently per node; the runtime must not assume one name everywhere.
 NIC_NAMES = ("eth0", "ens1f0", "enp65s0f1", "eno1")
-MAX_NODES = 16
+# 198.18.0.11-74; each node costs one slurmd (about 10 MB) and a namespace.
+MAX_NODES = 64
 MAX_GPUS_PER_NODE = 8
 STATE_FILE = "sandbox.json"
 # Characters that would break slurm.conf or the shell lines that start the daemons.

@@ -15,6 +15,7 @@ from torchslurm.sandbox.config import (
     exec_argv,
     job_environ,
     missing_packages,
+    netns_name,
     network_commands,
     nic_name,
     node_addr,
@@ -26,6 +27,7 @@ from torchslurm.sandbox.config import (
     render_slurm_conf,
     slurmd_argv,
     state_json,
+    veth_name,
 )
 
 LAB = Path("/srv/lab")
@@ -70,6 +72,17 @@ def test_slurm_conf_node_line_matches_the_node_count_and_gpus() -> None:
     assert expand(fields["NodeName"]) == ["node1", "node2", "node3", "node4"]
     assert expand(fields["NodeAddr"]) == [f"198.18.0.{i}" for i in (11, 12, 13, 14)]
     assert (fields["CPUs"], fields["Gres"]) == ("8", "gpu:2")
+
+
+def test_sixty_four_nodes_fit_the_sandbox_subnet_with_distinct_names() -> None:
+    c = cfg(nodes=64)
+    node_line = next(line for line in render_slurm_conf(c).splitlines() if line.startswith("NodeName="))
+    fields = dict(f.split("=", 1) for f in node_line.split())
+    assert expand(fields["NodeName"]) == [f"node{i}" for i in range(1, 65)]
+    assert expand(fields["NodeAddr"].replace("198.18.0.", "x")) == [f"x{i}" for i in range(11, 75)]
+    for name in (nic_name, netns_name, veth_name):
+        assert len({name(i) for i in c.node_indexes()}) == 64
+        assert all(len(name(i)) <= 15 for i in c.node_indexes())  # IFNAMSIZ - 1
 
 
 def test_slurm_conf_single_node_has_no_brackets_and_no_gres_without_gpus() -> None:
@@ -136,8 +149,8 @@ def test_state_round_trips() -> None:
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"nodes": 0}, "--nodes=0 is out of range; the sandbox has 1 to 16 nodes. HINT:"),
-    ({"nodes": 17}, "--nodes=17 is out of range"),
+    ({"nodes": 0}, "--nodes=0 is out of range; the sandbox has 1 to 64 nodes. HINT:"),
+    ({"nodes": 65}, "--nodes=65 is out of range"),
     ({"gpus_per_node": 9}, "--gpus-per-node=9 is out of range; fake GPUs per node are 0 to 8. HINT:"),
     ({"cpus_per_node": 0}, "--cpus-per-node=0 is out of range"),
 ])
