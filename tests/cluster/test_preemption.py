@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,7 +54,7 @@ def job_script(cluster: Cluster, run_dir: Path, *args: str, time_limit: str = "5
     return render(spec)
 
 
-def drive(cluster: Cluster, job: str, timeout_s: float = 150, poll_s: float = 0.2) -> tuple[str, int]:
+def drive(cluster: Cluster, job: str, timeout_s: float = 150) -> tuple[str, int]:
     """Wait until the job ends, starting it at once whenever it was requeued. → (state, restarts)."""
     deadline, hurried, requeued = time.monotonic() + timeout_s, 0.0, None
     while time.monotonic() < deadline:
@@ -73,7 +72,7 @@ def drive(cluster: Cluster, job: str, timeout_s: float = 150, poll_s: float = 0.
             hurried = time.monotonic()
         elif state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
             return state, restarts
-        time.sleep(poll_s)
+        time.sleep(0.2)
     raise AssertionError(f"job {job} did not finish within {timeout_s} s: {cluster.job(job)}")
 
 
@@ -210,6 +209,25 @@ def test_an_example_without_preemption_code_is_stopped_requeued_and_resumed(clus
     assert "final validation accuracy" in output, output[-4000:]
 
 
+def test_short_time_limit_finishes_over_several_requeues(cluster: Cluster, reference: Reference) -> None:
+    """--time=1 and a 32 s grace: the trainer's own deadline (EndTime from `scontrol show job`,
+    Slurm 22.05 sets no SLURM_JOB_END_TIME) stops each run 28 s after its start, start-up included.
+    At 1.3 s a step a run makes at most 21 of the 50 steps however fast the machine is, so the job
+    needs at least 3 runs (2 requeues). No --signal here: Slurm's signal timer may fire up to 60 s
+    early, i.e. at any moment of a 1-minute job."""
+    run_dir = cluster.job_dir / "run"
+    job = cluster.sbatch(job_script(cluster, run_dir, "step_sleep=1.3", time_limit="1", preemptible=False,
+                                    TORCHSLURM_GRACE_S="32", TORCHSLURM_MAX_REQUEUES="12"),
+                        "--open-mode=append")  # keep every run's log in one file
+    state, restarts = drive(cluster, job, timeout_s=900)  # start-up takes 4-20 s of each run under load
+    output = cluster.output(job)
+    assert state == "COMPLETED", output[-4000:]
+    assert restarts >= 2, output[-4000:]
+    assert output.count("stopping at this step boundary: the deadline (32 s before the time limit)") >= 2 * 4
+    assert len(re.findall(r"Resuming from", output)) == restarts
+    assert_same_weights(reference, run_dir)
+
+
 def test_kill_9_of_one_rank_ends_all_ranks_names_it_and_the_requeued_job_completes(
         cluster: Cluster, reference: Reference) -> None:
     run_dir = cluster.job_dir / "run"
@@ -277,61 +295,6 @@ def test_kill_9_during_checkpoint_write_resumes_from_the_previous_one(cluster: C
     resumed = re.findall(r"Resuming from \S+step-(\d+)", output)
     assert resumed in (["000000008"], ["000000016"]), output[-4000:]  # 16 only if the rename beat the kill
     assert_same_weights(reference, run_dir)
-
-
-class ShortTimeLimit:
-    """The --time=1 job of test_short_time_limit_finishes_over_several_requeues. Its runs sleep through
-    most of their steps, for two minutes or more, so it runs beside the module's other tests: submitted
-    once the reference run has freed its two nodes, driven (requeues hurried) by a thread, and checked by
-    its test, which comes before the network cut (whose requeued job needs three nodes to choose from)."""
-
-    def __init__(self, cluster: Cluster, reference: Reference) -> None:
-        self.cluster, self.reference, self.run_dir = cluster, reference, cluster.job_dir / "run"
-        self.job, self.ended, self.error = "", ("?", 0), None
-        self.thread = threading.Thread(target=self._drive, name="short-time-limit", daemon=True)
-        self.thread.start()
-
-    def _drive(self) -> None:
-        try:
-            self.reference.weights()
-            # --time=1 and a 32 s grace: the trainer's own deadline (EndTime from `scontrol show job`,
-            # Slurm 22.05 sets no SLURM_JOB_END_TIME) stops each run 28 s after its start, start-up included.
-            # At 1.3 s a step a run makes at most 21 of the 50 steps however fast the machine is, so the job
-            # needs at least 3 runs (2 requeues). No --signal here: Slurm's signal timer may fire up to 60 s
-            # early, i.e. at any moment of a 1-minute job.
-            script = job_script(self.cluster, self.run_dir, "step_sleep=1.3", time_limit="1", preemptible=False,
-                                TORCHSLURM_GRACE_S="32", TORCHSLURM_MAX_REQUEUES="12")
-            self.job = self.cluster.sbatch(script, "--open-mode=append")  # every run's log in one file
-            self.ended = drive(self.cluster, self.job, timeout_s=900, poll_s=1.0)  # start-up: 4-20 s a run
-        except BaseException as exc:  # re-raised by the test
-            self.error = exc
-
-    def outcome(self) -> tuple[str, int]:
-        self.thread.join(timeout=960)
-        if self.error is not None:
-            raise self.error
-        assert not self.thread.is_alive(), f"job {self.job} still driven after 960 s"
-        return self.ended
-
-
-@pytest.fixture(scope="module", autouse=True)
-def short_time_limit(cluster_factory: Callable[[Path], Cluster], tmp_path_factory: pytest.TempPathFactory,
-                     reference: Reference) -> Iterator[ShortTimeLimit]:
-    cluster = cluster_factory(tmp_path_factory.mktemp("short-time-limit"))
-    yield ShortTimeLimit(cluster, reference)
-    cluster.cancel_running()
-
-
-def test_short_time_limit_finishes_over_several_requeues(short_time_limit: ShortTimeLimit,
-                                                         reference: Reference) -> None:
-    """See ShortTimeLimit: a job that needs three runs of 28 s each completes, bitwise as the reference."""
-    state, restarts = short_time_limit.outcome()
-    output = short_time_limit.cluster.output(short_time_limit.job)
-    assert state == "COMPLETED", output[-4000:]
-    assert restarts >= 2, output[-4000:]
-    assert output.count("stopping at this step boundary: the deadline (32 s before the time limit)") >= 2 * 4
-    assert len(re.findall(r"Resuming from", output)) == restarts
-    assert_same_weights(reference, short_time_limit.run_dir)
 
 
 def test_network_cut_of_a_node_ends_every_rank_within_the_bound(cluster: Cluster, reference: Reference) -> None:
