@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from tests.multiproc.conftest import clean_environ
+
+from torchslurm.runtime import fdlimit
 
 pytestmark = pytest.mark.multiproc
 
@@ -56,18 +59,25 @@ def test_failing_rank_is_reported_first_with_its_exit_code() -> None:
 
 
 def test_srun_style_tasks_exec_with_torchrun_variables(free_port: Callable[[], int]) -> None:
-    """Two processes with the variables srun gives its tasks: `torchslurm run` makes them ranks."""
+    """Two processes with the variables srun gives its tasks: `torchslurm run` makes them ranks. Started
+    with a soft limit of 200 open files: the task hosting the store (SLURM_LOCALID=0 here) raises its own
+    to what 2 ranks' connections need (runtime.fdlimit); the other keeps 200."""
     base = {"SLURM_JOB_ID": "91", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2",
             "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NODEID": "0",
             "MASTER_PORT": str(free_port())}
-    procs = [subprocess.Popen([*TORCHSLURM, "run", str(SCRIPTS / "torchrun_style.py")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
+    procs = [subprocess.Popen([*TORCHSLURM, "run", str(SCRIPTS / "probe.py")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, preexec_fn=_low_open_file_limit,
                               env=clean_environ(**base, SLURM_PROCID=str(r), SLURM_LOCALID=str(r)))
              for r in range(2)]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
     lines = [line for out, _ in outputs for line in json_lines(out)]
     assert sorted((line["rank"], line["sum"]) for line in lines) == [(0, 1.0), (1, 1.0)]
+    assert sorted((line["hosts_store"], line["nofile"]) for line in lines) == [(False, 200), (True, fdlimit.needed(2))]
+
+
+def _low_open_file_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 def test_unreachable_master_fails_within_the_timeout_with_a_clear_message(free_port: Callable[[], int]) -> None:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
 from torchslurm.errors import ConfigError, DistributedError, not_one_of
-from torchslurm.runtime import devices, gpubind, netif
+from torchslurm.runtime import devices, fdlimit, gpubind, netif
 from torchslurm.runtime.devices import BACKENDS
 from torchslurm.runtime.distenv import DistEnv, detect
 from torchslurm.runtime.handshake import agree_namespace
@@ -247,11 +247,25 @@ def _store(env: DistEnv, timeout: timedelta) -> tuple[Store, str]:
     workers' Gloo addresses fail with "Connection refused" (the agent store still holds the
     previous workers' keys), so there the ranks agree on a fresh prefix first
     (torchslurm.runtime.handshake)."""
+    if env.hosts_store:
+        _room_for_clients(env.world_size)
     store = TCPStore(env.master_addr, env.master_port, env.world_size,
                      is_master=env.hosts_store, timeout=timeout, multi_tenant=True)
     prefix = (agree_namespace(store, env.rank, env.world_size, timeout.total_seconds()) if env.agent_store
               else RUN_PREFIX)
     return PrefixStore(prefix, store), prefix
+
+
+def _room_for_clients(world_size: int) -> None:
+    """Raise this process's open-file limit so the store it hosts can take every rank's connections."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    chosen = fdlimit.plan(world_size, soft, hard, unlimited=resource.RLIM_INFINITY)
+    if chosen.raise_to is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (chosen.raise_to, hard))
+    if chosen.warning is not None:
+        logger.warning("%s", chosen.warning)
 
 
 def _check_all_joined(env: DistEnv, device: torch.device) -> None:
