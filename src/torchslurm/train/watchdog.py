@@ -16,10 +16,9 @@ So every rank also runs a heartbeat thread: a counter in the job's TCPStore, bum
 "rank 3 on node2 stopped responding". A rank that saw the failure says so in the store first: it
 is alive even if it has finished its own diagnosis and exited before the reporter's second read.
 When the store itself cannot be reached, its host (rank 0's, or under srun the first task's of the
-master's node) is unreachable from here.
-The lowest rank that still answers reports the full message; the others raise a one-line pointer
-to it, so the job log shows one explanation. The rank that hosts the store waits (briefly) for the
-others' diagnoses before it exits and takes the store with it.
+master's node) is unreachable from here. The lowest rank that still answers reports the full
+message; the others raise a one-line pointer to it, so the job log shows one explanation. The rank
+that hosts the store waits (briefly) for the others' diagnoses before it exits with the store.
 
 The watchdog never guesses and never ends a healthy run. On a loaded host (more ranks than CPUs)
 the store answers slowly and heartbeats come late: a heartbeat that cannot start only logs a
@@ -210,7 +209,9 @@ class Watchdog:
     def counters(self, key: str = _BEAT) -> dict[int, int] | None:
         """Every rank's count under `key` (its heartbeat by default), or None when the store cannot
         be reached."""
-        return self._ask_store(lambda store: {p.rank: int(store.add(key.format(p.rank), 0)) for p in self.peers})
+        ranks = [p.rank for p in self.peers]
+        read = self._ask_store(lambda store: read_counters(store, [key.format(rank) for rank in ranks]))
+        return None if read is None else dict(zip(ranks, read, strict=True))
 
     def _mark_failure_stage(self) -> None:
         """Tell the others that this rank saw the failure (first call) or finished its diagnosis."""
@@ -339,6 +340,14 @@ def store_client(ctx: DistContext, timeout_s: float = STORE_TIMEOUT_S) -> Store:
     store = TCPStore(env.master_addr, env.master_port, is_master=False,
                      timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
     return PrefixStore(ctx.store_prefix, store)
+
+
+def read_counters(store: Store, keys: list[str]) -> list[int]:
+    """Counters kept with `add`: one request for all when every key exists (N ranks reading N keys each
+    is N requests, not N²), else one `add(key, 0)` each, which reads a missing key as 0."""
+    if keys and store.check(keys):
+        return [int(value) for value in store.multi_get(keys)]
+    return [int(store.add(key, 0)) for key in keys]
 
 
 def _within(seconds: float, call: Callable[[], _T]) -> _T:

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from torchslurm.train.diagnosis import Peer
-from torchslurm.train.watchdog import Watchdog
+from torchslurm.train.watchdog import Watchdog, read_counters
 
 CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
           "[198.18.0.12]:41234. This is typically caused by a remote worker crashing. GLHF!")
@@ -132,6 +132,12 @@ class _DictStore:
         self.values[key] = self.values.get(key, 0) + amount
         return self.values[key]
 
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.values for key in keys)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return [str(self.values[key]).encode() for key in keys]
+
 
 class _PeerPlayedBySleep:
     """A fake clock whose sleep plays rank 1: alive and diagnosing (its heartbeat moves) for the
@@ -182,8 +188,6 @@ def test_rank_0_waits_for_a_peer_that_never_finishes_only_until_its_deadline() -
         dog.stop()
     bound = 2 * dog.interval_s + 2 * DIAGNOSIS_TIMEOUT_S
     assert bound <= peer.now < bound + dog.interval_s + 1e-9
-
-
 
 
 def test_the_error_a_peer_exits_with_reaches_the_reporter_through_the_store() -> None:
@@ -277,3 +281,33 @@ def test_a_paused_store_neither_crashes_the_watchdogs_start_nor_gets_a_rank_accu
         server.wait()
     assert "the watchdog's heartbeat could not reach the store at 127.0.0.1" in caplog.text
     assert str(found).startswith("could not tell which rank failed: rank 0's store on "), str(found)
+
+
+class _CountingStore:
+    """A real store client that counts the requests made through it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.requests = inner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any) -> Any:
+            self.requests += 1
+            return getattr(self.inner, name)(*args)
+        return call
+
+
+def test_counters_of_every_rank_are_read_in_one_request_when_all_exist() -> None:
+    from datetime import timedelta
+
+    from torch._C._distributed_c10d import PrefixStore, TCPStore
+
+    server = TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=5), wait_for_workers=False)
+    store = _CountingStore(PrefixStore("run/", server))
+    keys = [f"beat/{rank}" for rank in range(64)]
+    for rank, key in enumerate(keys):
+        store.inner.add(key, rank)
+    assert read_counters(store, keys) == list(range(64))  # type: ignore[arg-type]
+    assert store.requests == 2  # check + multi_get, not 64 reads
+    store.requests = 0
+    assert read_counters(store, [*keys[:3], "beat/never"]) == [0, 1, 2, 0]  # type: ignore[arg-type]
+    assert store.requests == 1 + 4  # a missing key: one read each, the missing one as 0
