@@ -208,9 +208,10 @@ class Checkpointer:
                 load_single_file(state, self.model, self.optimizer)
         except (CheckpointError, OSError) as exc:
             reason = exc.message if isinstance(exc, CheckpointError) else str(exc)
-            raise CheckpointError(f"rank {self.rank} cannot read {path}: {reason}",
-                                  "run_dir must be on a filesystem every node sees (e.g. your home or project "
-                                  "dir).") from exc
+            shared = "run_dir must be on a filesystem every node sees (e.g. your home or project dir)."
+            # rank 0 read what it chose; another rank failing on it is most often a run_dir it cannot see
+            hint = exc.hint if isinstance(exc, CheckpointError) and self.is_main else shared
+            raise CheckpointError(f"rank {self.rank} cannot read {path}: {reason}", hint) from exc
         return state
 
 
