@@ -181,6 +181,8 @@ class Checkpointer:
         if path is None:
             return None
         state = self._load(path)
+        if folder_of(path).parent.resolve() == self.root.resolve():
+            self._writer.verified(folder_of(path))  # never pruned before a newer one is on disk
         progress = TrainProgress(state["epoch"], state["batches_done"], state["global_step"],
                                  scaler=state["scaler"], scheduler=state["scheduler"])
         changed = layout_changes(state, self.order)

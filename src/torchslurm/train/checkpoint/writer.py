@@ -298,7 +298,14 @@ class Writer:
         if self._durability is not None:
             durability, self._durability = self._durability, None
             durability.join()
+            if self.last is not None:
+                self._pruner.verified(self.last)
         return self.last
+
+    def verified(self, path: Path) -> None:
+        """`path` (a checkpoint of this writer's folder) verified, e.g. the one resumed from: pruning
+        keeps the newest such (layout.Pruner)."""
+        self._pruner.verified(path)
 
     def wait_written(self) -> Path | None:
         """Until a background save is published (its fsyncs may still run)."""
