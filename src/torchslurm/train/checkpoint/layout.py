@@ -23,6 +23,8 @@ import shutil
 import threading
 from pathlib import Path
 
+from torchslurm.errors import CheckpointError
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
@@ -43,6 +45,17 @@ def step_dir(root: Path, step: int) -> Path:
 def staging_dir(root: Path, step: int, attempt: str) -> Path:
     """Where the save of `step` by `attempt` (one run's saves, see writer.agree_attempt) is written."""
     return Path(root) / f".staging-{step:09d}-{attempt}"
+
+
+def own_folder(path: Path) -> None:
+    """The folder `path` made (with those above it; every rank of a save may make it at once), refusing
+    a link planted in its place: a checkpoint's files go into its own folders, not where a link points.
+    (The checkpoints folder itself may be a link, e.g. to a faster file system.)"""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        raise CheckpointError(f"{path} is a symbolic link; a checkpoint is written into folders of its own.",
+                              "remove the link; if you did not make it, another user can write to "
+                              f"{path.parent}: use a run_dir only you can write to.")
 
 
 def rank_file(rank: int) -> str:

@@ -36,6 +36,7 @@ from torch.distributed.tensor import DTensor
 
 from torchslurm.errors import CheckpointError
 from torchslurm.exitcodes import FAILED_EXIT_CODE
+from torchslurm.safefiles import open_write
 from torchslurm.train.checkpoint import hashed
 from torchslurm.train.checkpoint.layout import (
     FORMAT,
@@ -45,6 +46,7 @@ from torchslurm.train.checkpoint.layout import (
     TENSORS_FILE,
     Pruner,
     fsync,
+    own_folder,
     publish,
     rank_file,
     remove_leftovers,
@@ -165,7 +167,8 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durabil
     if rank == 0:
         remove_leftovers(snap.root, keep=f"-{attempt}")
     sharded = _sharded(snap.tensors)
-    (staging / SHARDS if sharded else staging).mkdir(parents=True, exist_ok=True)
+    for made in (staging, staging / SHARDS) if sharded else (staging,):
+        own_folder(made)
     with ThreadPoolExecutor(1, thread_name_prefix="torchslurm-checksum") as pool, \
             nullcontext() if later is None else hashed.without_record_crc32():
         mine = _write_files(snap, staging, rank, group, pool, sync=later is None, sharded=sharded)
@@ -181,7 +184,8 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durabil
             snap.publish_after.wait()
         files = {name: digest for part in everyone for name, digest in part.items()}
         marker = {"step": snap.step, "format": FORMAT, "files": dict(sorted(files.items()))}
-        (staging / MARKER).write_text(json.dumps(marker) + "\n")
+        with open_write(staging / MARKER) as out:
+            out.write(json.dumps(marker) + "\n")
         folders = [SHARDS] if sharded else []
         if later is None:
             for folder in folders:

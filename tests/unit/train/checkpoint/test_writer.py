@@ -84,14 +84,14 @@ def test_a_failed_fsync_is_an_error_on_the_training_thread(tmp_path: Path, monke
 
 def full_disk_for(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """Checkpoint files called `name` written to /dev/full: the kernel's own ENOSPC, as a full disk gives."""
-    import builtins
-
     from torchslurm.train.checkpoint import hashed
 
-    def opening(path: object, mode: str = "r") -> object:
-        return builtins.open("/dev/full" if Path(str(path)).name == name else str(path), mode)
+    real = hashed.open_write
 
-    monkeypatch.setattr(hashed, "open", opening, raising=False)
+    def opening(path: Path, mode: str = "w") -> object:
+        return open("/dev/full", mode) if Path(path).name == name else real(path, mode)
+
+    monkeypatch.setattr(hashed, "open_write", opening)
 
 
 @pytest.mark.parametrize("how", ["now", "background"])
