@@ -9,6 +9,7 @@
       shards/                  FSDP: the same tensors by torch.distributed.checkpoint, each rank its shard
     <root>/.staging-<step>-<attempt>/   a checkpoint being written; renamed to step-N when complete
     <root>/.trash-*                     old checkpoints being deleted
+    <root>/.torchslurm-run.lock         the run that owns the folder (checkpoint.lock)
 
 A format-1 checkpoint (the first release) is one state.pt with the whole model and a COMPLETE that
 records its sha256. This module is the only place these names are spelled.
@@ -35,6 +36,7 @@ STATE_FILE = "state.pt"
 MARKER = "COMPLETE"
 TENSORS_FILE = "tensors.pt"
 SHARDS = "shards"
+LOCK = ".torchslurm-run.lock"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 

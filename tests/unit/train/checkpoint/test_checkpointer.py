@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from torchslurm.errors import CheckpointError
 from torchslurm.train import checkpoint
 from torchslurm.train.checkpoint import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.checkpointer import layout_changes
@@ -142,3 +143,17 @@ def test_pruning_never_deletes_the_newest_checkpoint_that_verifies(tmp_path: Pat
     resumed.close()
     path, state = checkpoint.load_latest(tmp_path) or (None, {})
     assert (path, state["global_step"]) == (checkpoint.step_dir(tmp_path, 2), 2)
+
+
+def test_a_second_run_in_the_same_folder_is_refused_naming_the_first(tmp_path: Path) -> None:
+    first = _checkpointer(tmp_path, environ={"SLURM_JOB_ID": "4242"})
+    first.open()
+    second = _checkpointer(tmp_path, seed=1)
+    with pytest.raises(CheckpointError, match=r"is in use by another run \(host .*, pid \d+, Slurm job 4242, since"):
+        second.save(_progress(1))  # would delete the first run's staging folder, prune its checkpoints
+    assert not list(tmp_path.glob("step-*")) and not list(tmp_path.glob(".staging-*"))
+    first.save(_progress(2))
+    first.close()
+    second.save(_progress(3))  # free once the first run ended
+    second.close()
+    assert [step for step, _ in checkpoint.complete(tmp_path)] == [2, 3]
