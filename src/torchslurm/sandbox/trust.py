@@ -64,7 +64,10 @@ def make_lab_dir(path: Path, euid: int | None = None) -> None:
     """`path` as a lab directory `up` may fill and `down` may delete: made root's alone when missing;
     an existing one must be trusted, as must its parent."""
     path = Path(path)
-    existing(path.parent, "parent", euid)
+    if not existing(path.parent, "parent", euid):
+        raise EnvError(f"--lab-dir={path}: its folder {path.parent} does not exist.",
+                       f"create it first, as root and writable by root alone (mkdir -p -m 755 {path.parent}), or "
+                       "pass a --lab-dir in an existing folder.")
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=PRIVATE_DIR_MODE)
     existing(path, "dir", euid)

@@ -49,6 +49,8 @@ def test_a_new_lab_dir_is_roots_alone_and_a_linked_one_is_refused(tmp_path: Path
     with pytest.raises(EnvError, match=r"linked is a symbolic link; the sandbox runs as root and does not use "
                                        r"files others could have made.*HINT: remove it"):
         trust.make_lab_dir(tmp_path / "linked")
+    with pytest.raises(EnvError, match=r"--lab-dir=.*/absent/lab: its folder .*/absent does not exist"):
+        trust.make_lab_dir(tmp_path / "absent" / "lab")
     (tmp_path / "open").mkdir()
     (tmp_path / "open").chmod(0o777)
     with pytest.raises(EnvError, match=r"open can be written by others \(mode 0777\)"):
