@@ -163,7 +163,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
                 _print_outputs(cfg.run_dir, result.checkpoint)
     except TorchSlurmError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code  # 2 for settings, 1 for a run that failed (a checkpoint not written)
     return 0
 
 

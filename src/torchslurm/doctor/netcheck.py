@@ -75,8 +75,9 @@ def check_master_port(facts: Facts) -> Check:
     if port is None:
         if env.job_id is None:
             return Check("master_port", "ok", "MASTER_PORT unset: torchslurm picks a free port at start-up.")
+        source = f"job {env.job_id}'s secret" if ports.JOB_SECRET in facts.environ else f"job {env.job_id}"
         return Check("master_port", "ok", f"MASTER_PORT unset: torchslurm uses {env.master_port}, derived from "
-                     f"job {env.job_id}.", value=str(env.master_port))
+                     f"{source}.", value=str(env.master_port))
     if "TORCHELASTIC_RUN_ID" in facts.environ:
         return Check("master_port", "ok", f"MASTER_PORT={port}, chosen by torchrun.", value=port)
     derived = ports.derived_port(facts.environ.get("SLURM_JOB_ID", "0"), facts.environ.get("SLURM_STEP_ID"))

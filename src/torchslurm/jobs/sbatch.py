@@ -21,7 +21,7 @@ import shlex
 from torchslurm._version import __version__
 from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
 from torchslurm.jobs.spec import JobSpec, spec_json
-from torchslurm.runtime.ports import RDZV_PORT_EXPR
+from torchslurm.runtime.ports import MAKE_JOB_SECRET, SECRET_PORT_EXPR
 
 # C isspace() in the C locale, which sbatch uses; Python's str.isspace() knows more characters
 C_SPACE = " \t\n\v\f\r"
@@ -108,7 +108,9 @@ def render(spec: JobSpec) -> str:
     ]
     for key, value in sorted(directives(spec).items()):
         lines.append(f"#SBATCH --{key}" if value is None else f"#SBATCH --{key}={sbatch_quote(value)}")
-    lines += ["", "set -eo pipefail"]
+    lines += ["", "set -eo pipefail",
+              "", "# this run's secret, drawn as it starts: its store's port and token (docs/security.md)",
+              MAKE_JOB_SECRET]
     if spec.setup:
         lines += ["", "# setup lines from the spec, run as written"]
         lines += list(spec.setup)
@@ -190,9 +192,9 @@ def _torchrun_lines(spec: JobSpec) -> list[str]:
         agent.append(f"--max-restarts={spec.max_restarts}")
     return [
         "# one task per node, each running torchrun (python -m torch.distributed.run) with",
-        "# a rendezvous on the first node at a port unique to this job",
+        "# a rendezvous on the first node at a port drawn from this run's secret",
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
-        f"port={RDZV_PORT_EXPR}",
+        f"port={SECRET_PORT_EXPR}",
         _torchrun_command(srun, wrap, agent, spec),
     ]
 

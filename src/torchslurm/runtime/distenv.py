@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from torchslurm.errors import EnvError
-from torchslurm.runtime.ports import derived_port, find_free_port, master_port, port_number
+from torchslurm.runtime.ports import find_free_port, master_port, port_number, slurm_port
 from torchslurm.runtime.slurmlayout import (
     SLURM_SETS_THEM,
     check_one_group_per_node,
@@ -245,8 +245,7 @@ def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
     local_world = per_node[node_rank]
     check_rank("SLURM_LOCALID", local_rank, "this node's task count", local_world)
     master = environ.get("MASTER_ADDR") or first_node(nodes, num_nodes)
-    port = port_number(environ["MASTER_PORT"]) if "MASTER_PORT" in environ else derived_port(
-        environ.get("SLURM_JOB_ID", "0"), environ["SLURM_STEP_ID"])
+    port = port_number(environ["MASTER_PORT"]) if "MASTER_PORT" in environ else slurm_port(environ)
     store_host, where = _store_placement(environ, nodes, master)
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,

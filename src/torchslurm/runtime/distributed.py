@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
 from torchslurm.errors import ConfigError, DistributedError, not_one_of
-from torchslurm.runtime import devices, fdlimit, gpubind, netif
+from torchslurm.runtime import devices, fdlimit, gpubind, netif, storeproof
 from torchslurm.runtime.devices import BACKENDS
 from torchslurm.runtime.distenv import DistEnv, detect
 from torchslurm.runtime.handshake import agree_namespace
@@ -229,7 +229,7 @@ def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeou
     """init_process_group on this run's part of the store; returns that part's prefix and the device
     (agreed with the node's other tasks first when `agree`)."""
     try:
-        store, prefix = _store(env, timeout)
+        store, prefix = _store(env, timeout, storeproof.token(environ))
         if agree:
             device = _agreed_device(store, env)
         dist.init_process_group(
@@ -241,16 +241,19 @@ def _init_process_group(env: DistEnv, backend: str, device: torch.device, timeou
     return prefix, device
 
 
-def _store(env: DistEnv, timeout: timedelta) -> tuple[Store, str]:
+def _store(env: DistEnv, timeout: timedelta, token: str | None = None) -> tuple[Store, str]:
     """The job's TCPStore (env.hosts_store says whether this process hosts it) and this run's prefix in
-    it. torchrun's agent keeps its store across restarts: restarted workers that read the dead
-    workers' Gloo addresses fail with "Connection refused" (the agent store still holds the
-    previous workers' keys), so there the ranks agree on a fresh prefix first
-    (torchslurm.runtime.handshake)."""
+    it; with the job's `token`, proven to be this job's first (runtime.storeproof). torchrun's agent
+    keeps its store across restarts: restarted workers that read the dead workers' Gloo addresses
+    fail with "Connection refused" (the agent store still holds the previous workers' keys), so
+    there the ranks agree on a fresh prefix first (torchslurm.runtime.handshake)."""
     if env.hosts_store:
         _room_for_clients(env.world_size)
     store = TCPStore(env.master_addr, env.master_port, env.world_size,
                      is_master=env.hosts_store, timeout=timeout, multi_tenant=True)
+    if token is not None and not env.agent_store:
+        storeproof.settle(store, env.hosts_store, token, f"{env.master_addr}:{env.master_port}",
+                          timeout.total_seconds())
     prefix = (agree_namespace(store, env.rank, env.world_size, timeout.total_seconds()) if env.agent_store
               else RUN_PREFIX)
     return PrefixStore(prefix, store), prefix

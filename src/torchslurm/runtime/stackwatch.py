@@ -28,7 +28,9 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from torchslurm.errors import TorchSlurmError
 from torchslurm.runtime.stackdump import RankStack, snapshot
+from torchslurm.safefiles import open_append, open_write
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ def rank_file(folder: Path, rank: int) -> Path:
 
 def _write(path: Path, text: str) -> None:
     """Rewrite `path` in place (see the module doc: no rename)."""
-    with open(path, "w") as out:
+    with open_write(path) as out:
         out.write(text)
 
 
@@ -86,10 +88,10 @@ class StackWatch:
         folder = Path(folder).absolute()
         try:
             (folder / FOLDER).mkdir(parents=True, exist_ok=True)
-            with open(folder / FOLDER / REQUEST, "a"):  # created if missing, never truncated
+            with open_append(folder / FOLDER / REQUEST):  # created if missing, never truncated
                 pass
             _write(rank_file(folder, self.rank), json.dumps(self._whoami(None)))
-        except OSError as exc:
+        except (OSError, TorchSlurmError) as exc:
             logger.debug("rank %d: `torchslurm stacks` cannot reach this rank through %s: %s", self.rank, folder, exc)
             return False
         with self._lock:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import logging
 import os
 import shutil
@@ -19,17 +18,19 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchslurm.errors import ConfigError, EnvError, SlurmError
+from torchslurm.errors import ConfigError, EnvError, SlurmError, TorchSlurmError
+from torchslurm.sandbox import trust
 from torchslurm.sandbox.config import (
     APT_PACKAGES,
     BRIDGE,
     DEFAULT_LAB_DIR,
     NETNS_DIR,
     PACKAGE_COMMANDS,
+    STATE_FILE,
     SandboxConfig,
     config_from_state,
     exec_argv,
@@ -116,21 +117,21 @@ def resolve_lab_dir(lab_dir: Path | None) -> Path:
 
 
 def load_config(lab_dir: Path) -> SandboxConfig | None:
-    try:
-        return config_from_state((lab_dir / "sandbox.json").read_text())
-    except FileNotFoundError:
+    """The sandbox recorded in `lab_dir`, read only from a folder and file that root alone could have
+    written (sandbox.trust), and only when it names that folder: `down` deletes what it names."""
+    state, lab = lab_dir / STATE_FILE, Path(os.path.abspath(lab_dir))
+    if not all(trust.existing(p, kind) for p, kind in ((lab.parent, "parent"), (lab, "dir"), (state, "file"))):
         return None
-
-
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
-    """One `up`/`down` at a time on this machine: the bridge and namespace names are global."""
-    with open(LOCK_FILE, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    try:
+        cfg = config_from_state(state.read_text())
+    except TorchSlurmError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EnvError(f"{state} cannot be read ({exc}).", f"torchslurm sandbox down --lab-dir {lab}") from exc
+    if cfg.lab_dir != lab:
+        raise EnvError(f"{state} names the lab directory {cfg.lab_dir}, but lies in {lab}; `down` would delete "
+                       f"{cfg.lab_dir}.", f"remove {state} (it was not written by `sandbox up` there).")
+    return cfg
 
 
 def _run(argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None,
@@ -178,13 +179,13 @@ def ensure_packages(run: Callable[..., subprocess.CompletedProcess[str]] = _run,
 
 
 def _write_files(cfg: SandboxConfig) -> None:
-    cfg.lab_dir.mkdir(parents=True, exist_ok=True)
+    trust.make_lab_dir(cfg.lab_dir)  # root's alone: what is inside is then root's too
     cfg.state_file.write_text(state_json(cfg))  # first, so `down` can undo whatever follows
     for d in cfg.subdirs():
         d.mkdir(parents=True, exist_ok=True)
     cfg.munge_dir.chmod(0o755)  # munged warns about a 0700 socket dir
     key = cfg.munge_dir / "munge.key"
-    if not key.exists():
+    if not trust.existing(key, "file"):  # never another user's key
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
     cfg.hosts_file.write_text(render_hosts(cfg))
@@ -258,7 +259,7 @@ def status(lab_dir: Path | None = None) -> SandboxStatus:
 def up(cfg: SandboxConfig) -> SandboxStatus:
     """Bring the sandbox up; a no-op when the same sandbox is already up and healthy."""
     require_root()
-    with _locked():
+    with trust.locked(LOCK_FILE):
         other = running_lab_dir()
         if other is not None and other != cfg.lab_dir:
             raise ConfigError(f"a sandbox is already up in {other} (bridge {BRIDGE}), not in {cfg.lab_dir}; "
@@ -309,7 +310,7 @@ def _up(cfg: SandboxConfig) -> SandboxStatus:
 def down(lab_dir: Path | None = None) -> list[str]:
     """Stop what `up` started in this lab dir and remove it; returns what was removed (empty: nothing up)."""
     require_root()
-    with _locked():
+    with trust.locked(LOCK_FILE):
         cfg = load_config(resolve_lab_dir(lab_dir))
         return _down(cfg) if cfg is not None else []
 
@@ -337,6 +338,7 @@ def _is_zombie(pid: int) -> bool:
 
 def _down(cfg: SandboxConfig) -> list[str]:
     t0 = time.monotonic()
+    ours = trust.existing(cfg.lab_dir.parent, "parent") and trust.existing(cfg.lab_dir, "dir")  # else: EnvError
     removed: list[str] = []
     daemons = {name: _pid_alive(f, comm) for name, (f, comm) in _daemon_pid_files(cfg).items()}
     _terminate([pid for pid in daemons.values() if pid])
@@ -362,8 +364,9 @@ def _down(cfg: SandboxConfig) -> list[str]:
             _run(["ip", "link", "del", veth_name(i)], check=False)
             removed.append(f"veth {veth_name(i)}")
     removed += _remove_cgroup_dirs(cfg)
-    shutil.rmtree(cfg.lab_dir, ignore_errors=True)
-    removed.append(f"dir {cfg.lab_dir}")
+    if ours:
+        shutil.rmtree(cfg.lab_dir, ignore_errors=True)
+        removed.append(f"dir {cfg.lab_dir}")
     logger.info("sandbox down in %.1f s", time.monotonic() - t0)
     return removed
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from torchslurm.safefiles import open_append
+
 _NOT_SCALARS = frozenset({"kind", "epoch", "step"})
 
 
@@ -127,6 +129,6 @@ class EventWriter:
         now = self._clock()
         # TensorBoard reads files whose name contains "tfevents", in name order: the time first
         name = f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}.torchslurm"
-        handle = open(self.log_dir / name, "ab")  # noqa: SIM115 - open for the writer's lifetime
+        handle = open_append(self.log_dir / name, "ab")  # open for the writer's lifetime
         handle.write(frame(event(now, version="brain.Event:2")))
         return handle

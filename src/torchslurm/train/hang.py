@@ -38,9 +38,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, TorchSlurmError
 from torchslurm.runtime.stackdump import RankStack, snapshot
 from torchslurm.runtime.stackreport import format_groups
+from torchslurm.safefiles import open_append, replace
 from torchslurm.train.watchdog import store_client
 
 if TYPE_CHECKING:
@@ -237,11 +238,11 @@ class HangDetector:
         self.reports.append(text)
         logger.error("%s", text)
         try:
-            with open(self.run_dir / REPORT_FILE, "a") as out:  # hang_action=wait: one report per hang
+            with open_append(self.run_dir / REPORT_FILE) as out:  # hang_action=wait: one report per hang
                 out.write(text + "\n\n")
-            (self.run_dir / STACKS_FILE).write_text(
-                json.dumps({str(r): json.loads(s.to_json()) for r, s in stacks.items()}, indent=1) + "\n")
-        except OSError as exc:
+            replace(self.run_dir / STACKS_FILE,
+                    json.dumps({str(r): json.loads(s.to_json()) for r, s in stacks.items()}, indent=1) + "\n")
+        except (OSError, TorchSlurmError) as exc:
             logger.warning("the hang report could not be written to %s: %s", self.run_dir, exc)
 
     def _leave(self, store: Store, episode: int, reporter: bool) -> None:

@@ -7,9 +7,9 @@ whole dataset, whatever the world size.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from torchslurm.safefiles import open_append, replace
 from torchslurm.train.events import EventWriter
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class MetricsLog:
 
     def append(self, record: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
+        with open_append(self.path) as f:
             f.write(json.dumps(dict(record)) + "\n")
         if self.events is not None:
             self.events.write(record)
@@ -95,10 +96,8 @@ class MetricsLog:
     def keep_until(self, step: int) -> None:
         """Drop records written after optimizer step `step`: a resumed run re-does that work."""
         kept = [r for r in self.records() if int(r.get("step", 0)) <= step] if step > 0 else []
-        tmp = self.path.with_suffix(".jsonl.tmp")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, self.path)
+        replace(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         if self.events is not None:
             self.events.purge(step + 1 if step > 0 else 0)
 
@@ -138,9 +137,9 @@ def plot_curves(records: Iterable[Mapping[str, Any]], path: Path) -> None:
     for ax in (ax_loss, ax_acc, ax_tput):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
-    tmp = Path(path).with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=90)
-    os.replace(tmp, path)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=90)
+    replace(Path(path), image.getvalue())
 
 
 class CurvePlotter:

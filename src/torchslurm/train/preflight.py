@@ -8,7 +8,8 @@ import os
 import socket
 from pathlib import Path
 
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, TorchSlurmError
+from torchslurm.safefiles import open_new
 
 __all__ = ["run_dir_problem"]
 
@@ -28,8 +29,9 @@ def run_dir_problem(run_dir: Path, *, keep_created: bool = False) -> ConfigError
     probe = run_dir / f".torchslurm-write-test-{socket.gethostname()}-{os.getpid()}"
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
+        _probe(probe)
+    except TorchSlurmError as exc:
+        return ConfigError(f"run_dir={run_dir}: {exc.message}", exc.hint)
     except OSError as exc:
         what = "cannot be created" if created else "is not writable"
         return ConfigError(f"run_dir={run_dir} {what} ({exc.strerror or exc}: {exc.filename or run_dir}); "
@@ -43,3 +45,19 @@ def run_dir_problem(run_dir: Path, *, keep_created: bool = False) -> ConfigError
             except OSError:
                 break
     return None
+
+
+def _probe(probe: Path) -> None:
+    """Create `probe` and remove it. Never through a link planted under its (predictable) name: a
+    file or link already there (left by a crash, or planted) is removed (unlink removes the link
+    itself, never its target) and the file created anew, O_EXCL."""
+    for attempt in (1, 2):
+        try:
+            with open_new(probe, "wb"):
+                pass
+            break
+        except FileExistsError:
+            if attempt == 2:
+                raise
+            probe.unlink()
+    probe.unlink()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from torchslurm.safefiles import replace
 from torchslurm.train.metrics import Totals, totals
 from torchslurm.train.stragglers import STRAGGLERS_FILE, RankTiming, Straggler, gather_record, summary
 
@@ -93,9 +93,7 @@ class RunReport:
         record = gather_record(step, gather, stragglers, window_steps)
         self._split = {k: v for k, v in record.items() if k not in ("kind", "step")}
         path = self.config.run_dir / STRAGGLERS_FILE
-        staging = path.with_name(f".{path.name}.tmp")
-        staging.write_text(json.dumps(record) + "\n")
-        os.replace(staging, path)  # status reads it whole or not at all
+        replace(path, json.dumps(record) + "\n")  # status reads it whole or not at all
         named = [s.ranks for s in stragglers]
         if named != self._named:  # who, not by how much: the ratio moves a little at every gather
             if named:

@@ -135,7 +135,7 @@ class Trainer:
             self.checkpoint_dir, self.model, optimizer, rank=self.topo.rank, world_size=self.topo.world_size,
             keep_last=config.keep_last, config=config.to_dict(), background=config.checkpoint_async,
             order={"world_size": self.topo.world_size, "batch_size": config.batch_size, "seed": config.seed,
-                   "grad_accum_steps": config.grad_accum_steps})
+                   "grad_accum_steps": config.grad_accum_steps}, environ=environ)
 
     @property
     def is_main(self) -> bool:

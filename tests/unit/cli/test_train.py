@@ -45,3 +45,21 @@ def test_dry_run_shows_every_setting_that_changes_the_result(capsys: pytest.Capt
                  "seed=010"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert "lr_scaling=linear amp=bf16 grad_clip=0.1 seed=10 " in first, first
+
+
+def test_a_rank_whose_checkpoint_cannot_be_written_exits_1_not_2(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """2 says "your settings"; a full disk is a run that failed."""
+    import errno
+
+    from torchslurm.cli import train
+    from torchslurm.train.checkpoint.writer import save_failed
+
+    def full_disk(args: argparse.Namespace) -> None:
+        raise save_failed(3, OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(train, "from_arguments", full_disk)
+    assert train.rank_main([]) == 1
+    assert "error: the checkpoint of step 3 could not be written to disk (it is full)" in capsys.readouterr().err
+    monkeypatch.setattr(train, "from_arguments", lambda args: from_arguments(parse(["epochs=0"])))
+    assert train.rank_main([]) == 2  # a setting refused: the usage code, as before

@@ -35,8 +35,10 @@ text = st.integers(0, 39).flatmap(lambda i: st.sampled_from(["x\ny", "a\rb", "\0
 FAKES = r"""
 srun() { printf '%s\0' "$@" > "$ARGV_OUT"; for k in $ENV_KEYS; do printf '%s\0' "${!k}"; done > "$ENV_OUT"; }
 scontrol() { echo node1; echo node2; }
-export -f srun scontrol
+od() { echo " 0f 1e 2d 3c 4b 5a 69 78 87 96 a5 b4 c3 d2 e1 f0"; }  # the job's secret, fixed here
+export -f srun scontrol od
 """
+SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 
 
 @st.composite
@@ -98,7 +100,7 @@ def expected_argv(spec: JobSpec) -> list[str]:
     argv += ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
     if spec.preemptible and spec.signal != "TERM":
         argv += ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchrun-agent"]
-    port = 10000 + 42 * 8 % 22768
+    port = 10000 + int(SECRET[:8], 16) % 22768
     return [*argv, spec.python, "-m", "torch.distributed.run", "--nproc-per-node=2", "--rdzv-backend=c10d",
             "--nnodes=2", f"--rdzv-endpoint=node1:{port}", "--rdzv-id=42", spec.script, *spec.args]
 

@@ -84,17 +84,30 @@ def test_cpus_per_task_reaches_the_srun_steps_on_every_slurm_version(launch: str
     assert "SRUN_CPUS_PER_TASK" not in render(JobSpec(script="t.py", launch=launch))
 
 
-def test_rdzv_port_matches_runtime_formula() -> None:
-    """The script's bash arithmetic gives the runtime's derived port for step slot 0, for job ids
-    small and large (past the port span, past 2**31), as bash computes it on the node."""
-    line = next(x for x in render(JobSpec(script="t.py", launch="torchrun")).splitlines()
-                if x.startswith("port="))
-    assert line == f"port={ports.RDZV_PORT_EXPR}"
+def test_rdzv_port_expression_matches_runtime_formula() -> None:
+    """RDZV_PORT_EXPR (what hints tell users to write) gives the runtime's derived port for step slot 0,
+    for job ids small and large (past the port span, past 2**31), as bash computes it on the node."""
     job_ids = ("1", "7", "2846", "4242", "22768", "999999", "4294967295")
-    script = "; ".join(f"SLURM_JOB_ID={job_id}; {line}; echo $port" for job_id in job_ids)
+    script = "; ".join(f"SLURM_JOB_ID={job_id}; port={ports.RDZV_PORT_EXPR}; echo $port" for job_id in job_ids)
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()
     assert [int(port) for port in out] == [ports.derived_port(job_id, "0") for job_id in job_ids]
     assert all(ports.PORT_BASE <= int(port) < ports.PORT_BASE + ports.PORT_SPAN for port in out)
+
+
+@pytest.mark.parametrize("launch", ["srun", "torchrun"])
+def test_a_job_draws_a_secret_as_it_starts_and_torchrun_meets_at_its_port(launch: str) -> None:
+    """The script holds no secret (it is the same for every submission); bash draws one when the
+    job starts, and the rendezvous port is the runtime's secret_port of it, for step 0."""
+    lines = render(JobSpec(script="t.py", launch=launch)).splitlines()
+    assert ports.MAKE_JOB_SECRET in lines
+    port_line = [x for x in lines if x.startswith("port=")]
+    assert port_line == ([f"port={ports.SECRET_PORT_EXPR}"] if launch == "torchrun" else [])
+    script = "; ".join([ports.MAKE_JOB_SECRET, f"port={ports.SECRET_PORT_EXPR}", f"echo ${ports.JOB_SECRET} $port"]
+                       * 3)
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    secrets, drawn = out[0::2], [int(port) for port in out[1::2]]
+    assert len(set(secrets)) == 3 and all(len(s) == 32 for s in secrets)  # fresh each time, 128 bits
+    assert drawn == [ports.secret_port(secret, "0") for secret in secrets]
 
 
 def test_preemptible_directives() -> None:

@@ -67,3 +67,31 @@ def test_a_free_port_is_free_on_loopback() -> None:
     port = find_free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", port))
+
+
+SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+
+def test_a_job_with_a_secret_takes_its_port_from_it_not_from_its_id() -> None:
+    """Anyone on the node can compute a port from the job id (and bind it first); not from the secret."""
+    from torchslurm.runtime.distenv import detect
+    from torchslurm.runtime.ports import JOB_SECRET, secret_port, slurm_port
+
+    job = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "1", JOB_SECRET: SECRET}
+    assert master_port(job, no_port) == slurm_port(job) == secret_port(SECRET, "1") != derived_port("4242", "1")
+    assert secret_port(SECRET, "1") == PORT_BASE + (0x0F1E2D3C + 1) % PORT_SPAN
+    assert secret_port("ffffffff" + SECRET[8:], "0") < PORT_BASE + PORT_SPAN
+    assert master_port({**job, "MASTER_PORT": "29500"}, no_port) == 29500  # a port set by hand still wins
+    srun = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+            "SLURM_NODEID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2", "SLURM_STEP_NODELIST": "gpu07"}
+    assert detect({**srun, JOB_SECRET: SECRET}).master_port == secret_port(SECRET, "0")
+    assert detect(srun).master_port == derived_port("4242", "0")
+
+
+@pytest.mark.parametrize("value", ["", "short", "0F1E2D3C4B5A6978", "0f1e2d3c4b5a697g"])
+def test_a_job_secret_that_is_not_one_is_refused(value: str) -> None:
+    from torchslurm.runtime.ports import JOB_SECRET, job_secret
+
+    with pytest.raises(EnvError, match=r"TORCHSLURM_JOB_SECRET=.* is not a job secret: expected 16 or more "
+                                       r"lower-case hex digits.*HINT: unset TORCHSLURM_JOB_SECRET"):
+        job_secret({JOB_SECRET: value})

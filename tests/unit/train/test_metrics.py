@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from torchslurm.train.metrics import (
@@ -145,3 +146,15 @@ def test_plot_curves_writes_a_png_named_after_the_run(tmp_path: Path) -> None:
     png = (run / "curves.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     assert not (run / "curves.tmp.png").exists()
+
+
+def test_the_log_never_writes_through_a_link_planted_as_metrics_jsonl(tmp_path: Path) -> None:
+    from torchslurm.errors import TorchSlurmError
+
+    (tmp_path / "precious").write_text("keep me")
+    (tmp_path / "metrics.jsonl").symlink_to(tmp_path / "precious")
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    with pytest.raises(TorchSlurmError, match=r"metrics.jsonl is a symbolic link"):
+        log.append({"kind": "epoch", "step": 1})
+    log.keep_until(0)  # rewritten whole: the link is replaced, its target untouched
+    assert (tmp_path / "precious").read_text() == "keep me" and not (tmp_path / "metrics.jsonl").is_symlink()

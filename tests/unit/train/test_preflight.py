@@ -21,3 +21,18 @@ def test_proc_and_a_path_under_a_file_are_refused_with_the_fix(tmp_path: Path) -
     (tmp_path / "file").write_text("")
     under = run_dir_problem(tmp_path / "file" / "sub")
     assert under is not None and f"is inside {tmp_path / 'file'}, which is a file" in under.message
+
+
+def test_the_write_probe_never_follows_a_link_planted_under_its_name(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    planted = run_dir / f".torchslurm-write-test-{socket.gethostname()}-{os.getpid()}"
+    planted.symlink_to(precious)  # the name is predictable: another user may put a link there first
+    assert run_dir_problem(run_dir) is None
+    assert precious.read_text() == "keep me"
+    assert list(run_dir.iterdir()) == []

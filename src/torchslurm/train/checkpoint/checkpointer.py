@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from torchslurm.errors import CheckpointError
+from torchslurm.train.checkpoint import lock
 from torchslurm.train.checkpoint.layout import FORMAT, folder_of, rank_file, step_dir
 from torchslurm.train.checkpoint.reading import load, load_latest, load_plain
 from torchslurm.train.checkpoint.state import load_into, load_single_file, local_bytes, split_state
@@ -66,11 +67,14 @@ class Checkpointer:
     `config` (plain values) is stored with every checkpoint; `order` names what fixes the order of the
     data (world size, batch size, seed, ...): a checkpoint saved under other values resumes at the start
     of its interrupted epoch with fresh random streams. `background`: write in the background from a
-    CPU copy. `overlap_min_bytes`: the smallest state an epoch-end save writes beside validation."""
+    CPU copy. `overlap_min_bytes`: the smallest state an epoch-end save writes beside validation.
+    `environ`: the job's variables; the lock that makes `root` this run's names its Slurm job (a
+    requeued job takes its own lock back)."""
 
     def __init__(self, root: Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, rank: int,
                  world_size: int, keep_last: int, config: Mapping[str, Any], order: Mapping[str, Any],
-                 background: bool = False, overlap_min_bytes: int = OVERLAP_MIN_BYTES) -> None:
+                 background: bool = False, overlap_min_bytes: int = OVERLAP_MIN_BYTES,
+                 environ: Mapping[str, str] | None = None) -> None:
         self.root, self.model, self.optimizer = Path(root), model, optimizer
         self.rank, self.world_size, self.keep_last = rank, world_size, keep_last
         self.config, self.order = dict(config), dict(order)
@@ -82,6 +86,9 @@ class Checkpointer:
         self.written: list[str] = []
         """How each save of this run was written: 'now', 'beside' (validation) or 'background'."""
         self._writer = Writer()
+        self._environ = dict(environ or {})
+        self._lock: lock.Lock | None = None
+        self._owned = False
 
     @property
     def is_main(self) -> bool:
@@ -89,8 +96,27 @@ class Checkpointer:
 
     # ---- saving ---------------------------------------------------------------------------------
     def open(self) -> None:
-        """What saves need, made before the first step (collectives: every rank calls it)."""
+        """What saves need, made before the first step (collectives: every rank calls it): the
+        folder's lock first, then the writer's group."""
+        self.own()
         self._writer.open()
+
+    def own(self) -> None:
+        """Make `root` this run's (once; every rank calls it): rank 0 takes its lock (checkpoint.lock)
+        and tells the others, so that a run_dir another run holds is every rank's error."""
+        if self._owned:
+            return
+        refusal: list[tuple[str, str | None] | None] = [None]
+        if self.is_main:
+            try:
+                self._lock = lock.acquire(self.root, lock.me(self._environ))
+            except CheckpointError as exc:
+                refusal[0] = (exc.message, exc.hint)
+        if self.world_size > 1:
+            dist.broadcast_object_list(refusal, src=0)
+        if refusal[0] is not None:
+            raise CheckpointError(*refusal[0])
+        self._owned = True
 
     def save(self, progress: TrainProgress) -> Path | None:
         """Checkpoint `progress` now, or with `background`, from a CPU copy in the background; the
@@ -115,6 +141,7 @@ class Checkpointer:
         self._announce(progress, path)
 
     def _save(self, progress: TrainProgress, beside: threading.Event | None) -> Path | None:
+        self.own()
         self.saved_step = progress.global_step
         tensors, plain = split_state(self.model, self.optimizer)
         overlap = beside is not None and local_bytes(tensors) >= self.overlap_min_bytes
@@ -155,8 +182,14 @@ class Checkpointer:
 
     def close(self) -> None:
         """Whatever happened: a save in flight completed (a requeued job finds it whole), old checkpoints
-        deleted."""
-        self._writer.close()
+        deleted, the folder's lock released."""
+        try:
+            self._writer.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+            self._owned = False
 
     # ---- resuming -------------------------------------------------------------------------------
     def choose(self, resume: str) -> Path | None:
@@ -181,6 +214,8 @@ class Checkpointer:
         if path is None:
             return None
         state = self._load(path)
+        if folder_of(path).parent.resolve() == self.root.resolve():
+            self._writer.verified(folder_of(path))  # never pruned before a newer one is on disk
         progress = TrainProgress(state["epoch"], state["batches_done"], state["global_step"],
                                  scaler=state["scaler"], scheduler=state["scheduler"])
         changed = layout_changes(state, self.order)
@@ -208,9 +243,10 @@ class Checkpointer:
                 load_single_file(state, self.model, self.optimizer)
         except (CheckpointError, OSError) as exc:
             reason = exc.message if isinstance(exc, CheckpointError) else str(exc)
-            raise CheckpointError(f"rank {self.rank} cannot read {path}: {reason}",
-                                  "run_dir must be on a filesystem every node sees (e.g. your home or project "
-                                  "dir).") from exc
+            shared = "run_dir must be on a filesystem every node sees (e.g. your home or project dir)."
+            # rank 0 read what it chose; another rank failing on it is most often a run_dir it cannot see
+            hint = exc.hint if isinstance(exc, CheckpointError) and self.is_main else shared
+            raise CheckpointError(f"rank {self.rank} cannot read {path}: {reason}", hint) from exc
         return state
 
 

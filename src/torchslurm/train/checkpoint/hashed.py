@@ -22,6 +22,7 @@ import torch
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.utils.serialization import config as serialization_config
 
+from torchslurm.safefiles import open_write
 from torchslurm.train.checkpoint import integrity
 
 PARALLEL_BYTES = 1 << 20
@@ -109,7 +110,7 @@ class HashingFileSystem(FileSystem):
             with super().create_stream(path, mode) as stream:
                 yield stream
             return
-        with open(path, mode) as file:
+        with open_write(Path(path), mode) as file:
             writer = HashingWriter(file, self._pool)
             yield writer
             writer.flush()
@@ -133,7 +134,7 @@ def without_record_crc32() -> Iterator[None]:
 
 def save(obj: object, path: Path, pool: ThreadPoolExecutor | None = None) -> str:
     """`torch.save(obj, path)`; returns the file's checksum."""
-    with open(path, "wb") as file:
+    with open_write(path, "wb") as file:
         writer = HashingWriter(file, pool)
         torch.save(obj, cast(IO[bytes], writer))
         writer.flush()

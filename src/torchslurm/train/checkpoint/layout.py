@@ -9,6 +9,7 @@
       shards/                  FSDP: the same tensors by torch.distributed.checkpoint, each rank its shard
     <root>/.staging-<step>-<attempt>/   a checkpoint being written; renamed to step-N when complete
     <root>/.trash-*                     old checkpoints being deleted
+    <root>/.torchslurm-run.lock         the run that owns the folder (checkpoint.lock)
 
 A format-1 checkpoint (the first release) is one state.pt with the whole model and a COMPLETE that
 records its sha256. This module is the only place these names are spelled.
@@ -23,6 +24,8 @@ import shutil
 import threading
 from pathlib import Path
 
+from torchslurm.errors import CheckpointError
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
@@ -33,6 +36,7 @@ STATE_FILE = "state.pt"
 MARKER = "COMPLETE"
 TENSORS_FILE = "tensors.pt"
 SHARDS = "shards"
+LOCK = ".torchslurm-run.lock"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -43,6 +47,17 @@ def step_dir(root: Path, step: int) -> Path:
 def staging_dir(root: Path, step: int, attempt: str) -> Path:
     """Where the save of `step` by `attempt` (one run's saves, see writer.agree_attempt) is written."""
     return Path(root) / f".staging-{step:09d}-{attempt}"
+
+
+def own_folder(path: Path) -> None:
+    """The folder `path` made (with those above it; every rank of a save may make it at once), refusing
+    a link planted in its place: a checkpoint's files go into its own folders, not where a link points.
+    (The checkpoints folder itself may be a link, e.g. to a faster file system.)"""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        raise CheckpointError(f"{path} is a symbolic link; a checkpoint is written into folders of its own.",
+                              "remove the link; if you did not make it, another user can write to "
+                              f"{path.parent}: use a run_dir only you can write to.")
 
 
 def rank_file(rank: int) -> str:
@@ -68,18 +83,39 @@ class Pruner:
     """Deletes old checkpoints without stalling training: each is renamed to `.trash-*` at once (gone
     for every reader), and its files are deleted by a thread, since deleting a large checkpoint takes
     as long as writing one. A trash folder left by an exit mid-delete goes with the next save's
-    leftovers; `wait()` returns once every deletion started here is done."""
+    leftovers; `wait()` returns once every deletion started here is done.
+
+    It never deletes the newest checkpoint known to verify: the one this run resumed from, or one it
+    wrote that is on disk (`verified`). A COMPLETE marker alone does not say that: a newer checkpoint
+    whose files are corrupt (skipped by resume=auto) would otherwise count among the newest
+    `keep_last` and leave nothing that loads."""
 
     def __init__(self) -> None:
         self._threads: list[threading.Thread] = []
+        self._verified: dict[str, int] = {}
+
+    def verified(self, path: Path) -> None:
+        """`path` (a step-N folder) verifies and is on disk."""
+        match = _STEP_DIR.match(Path(path).name)
+        if match:
+            self._verified[Path(path).name] = int(match.group(1))
+
+    def unverified(self, path: Path) -> None:
+        """`path` is being replaced by files not yet known to be on disk."""
+        self._verified.pop(Path(path).name, None)
 
     def prune(self, root: Path, keep_last: int) -> list[Path]:
-        """Delete complete checkpoints older than the newest `keep_last`; return what was deleted."""
-        doomed = [path for _, path in complete(root)[:-keep_last]] if keep_last > 0 else []
+        """Delete complete checkpoints older than the newest `keep_last`, except the newest verified
+        one; return what was deleted."""
+        found = complete(root)
+        doomed = [path for _, path in found[:-keep_last]] if keep_last > 0 else []
+        good = [path for _, path in found if path.name in self._verified]
+        doomed = [path for path in doomed if not good or path != good[-1]]
         trash = []
         for path in doomed:
             trash.append(root / f".trash-{path.name}-{os.getpid()}-{threading.get_ident()}")
             os.replace(path, trash[-1])
+            self.unverified(path)
         if trash:
             thread = threading.Thread(target=_delete, args=(trash,), name="torchslurm-prune", daemon=True)
             self._threads.append(thread)
@@ -101,6 +137,7 @@ def publish(staging: Path, final: Path, keep_last: int, pruner: Pruner, durable:
     and itself, rename, fsync the parent, then delete all but the newest `keep_last` complete ones.
     `durable=False`: no fsync here, the caller makes it durable later (writer.Durability)."""
     root = final.parent
+    pruner.unverified(final)
     if durable:
         fsync(staging / MARKER)
         fsync(staging)
@@ -113,6 +150,7 @@ def publish(staging: Path, final: Path, keep_last: int, pruner: Pruner, durable:
         os.replace(staging, final)  # rename(2): atomic within one filesystem
     if durable:
         fsync(root)
+        pruner.verified(final)
     pruner.prune(root, keep_last)
     logger.debug("checkpoint saved: %s", final)
 

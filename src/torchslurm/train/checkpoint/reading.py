@@ -107,18 +107,70 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 class SafeReader(FileSystemReader):
-    """DCP's file reader, reading `.metadata` with the restricted unpickler."""
+    """DCP's file reader that never unpickles code: `.metadata` is read with the restricted unpickler
+    and must describe tensors only, in files of its own folder. DCP's default planner loads an entry
+    the metadata calls bytes with `torch.load(weights_only=False)`, which runs whatever the pickle
+    says; torchslurm's checkpoints hold no such entry, so one is refused before anything is read
+    (checksums do not help: whoever writes the files can write COMPLETE too). Rank-local metadata,
+    which torchslurm never writes, is refused as well."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._metadata: Any = None
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
-        path = Path(self.path) / (".metadata" if kwargs.get("rank") is None else f"__{kwargs['rank']}.metadata")
-        try:
-            metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
-        except (pickle.UnpicklingError, EOFError, AttributeError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint metadata {path} cannot be read safely: {exc}.",
-                                  "it was not written by torchslurm, or is corrupt; delete this directory.") from exc
+        path = Path(self.path) / ".metadata"
+        if kwargs.get("rank") is not None:
+            raise CheckpointError(f"checkpoint {path} is missing or unreadable (DCP asked for rank-local metadata).",
+                                  "it was not written by torchslurm, or is incomplete; delete this directory.")
+        if self._metadata is None:
+            self._metadata = _read_metadata(path)
+        metadata = self._metadata
         from torch.distributed.checkpoint.metadata import StorageMeta
 
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+    def read_data(self, plan: Any, planner: Any) -> Any:
+        from torch.distributed.checkpoint.planner import LoadItemType
+
+        pickled = sorted({item.dest_index.fqn for item in plan.items if item.type == LoadItemType.BYTE_IO})
+        if pickled:
+            raise _pickled_entries(Path(self.path) / ".metadata", pickled)
+        return super().read_data(plan, planner)
+
+
+def _read_metadata(path: Path) -> Any:
+    """DCP's metadata from `path`, through the restricted unpickler, checked to hold tensors only."""
+    from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+
+    try:
+        metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+    except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError) as exc:
+        raise CheckpointError(f"checkpoint metadata {path} cannot be read safely: {exc}.",
+                              "it was not written by torchslurm, or is corrupt; delete this directory.") from exc
+    if not isinstance(metadata, Metadata) or not isinstance(metadata.state_dict_metadata, dict):
+        raise CheckpointError(f"checkpoint metadata {path} holds a {type(metadata).__name__}, expected DCP's "
+                              "Metadata.", "it was not written by torchslurm; delete this directory.")
+    pickled = sorted(str(key) for key, entry in metadata.state_dict_metadata.items()
+                     if not isinstance(entry, TensorStorageMetadata))
+    if pickled:
+        raise _pickled_entries(path, pickled)
+    for info in (metadata.storage_data or {}).values():
+        name = getattr(info, "relative_path", None)
+        if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise CheckpointError(f"checkpoint metadata {path} points at {name!r}, outside its folder; expected "
+                                  "file names in it (e.g. __0_0.distcp).",
+                                  "it was not written by torchslurm; delete this directory.")
+    return metadata
+
+
+def _pickled_entries(path: Path, names: list[str]) -> CheckpointError:
+    shown = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
+    return CheckpointError(
+        f"checkpoint {path}: {shown} {'is' if len(names) == 1 else 'are'} stored as pickled bytes, which loading "
+        "would unpickle (and so could run code); torchslurm checkpoints hold tensors only, so this is refused.",
+        "it was not written by torchslurm, or was altered: delete this step-N directory (resume=auto then uses "
+        "the previous one), or resume from a checkpoint you trust.")

@@ -87,8 +87,7 @@ def load_into(folder: Path, state: Mapping[str, Any], model: nn.Module, optimize
         _check_same_tensors(folder, saved, tensors)
         tensors = {key: _spread_like(saved[key], target) for key, target in tensors.items()}
     else:
-        with quiet_alone():
-            dcp_load(tensors, storage_reader=SafeReader(folder / SHARDS), no_dist=not distributed())
+        read_shards(folder, tensors, alone=not distributed())
     values = {**tensors, **state["optim_plain"]}
     model_sd, optim_sd = _part(values, "model."), _part(values, "optim.")
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=_FLAT)
@@ -148,13 +147,29 @@ def read_model(folder: Path) -> dict[str, torch.Tensor]:
     folder = Path(folder)
     if (folder / TENSORS_FILE).is_file():
         return _part(_read_replicated(folder), "model.")
-    reader = SafeReader(folder / SHARDS)
-    metadata = reader.read_metadata()
+    metadata = SafeReader(folder / SHARDS).read_metadata()
     model = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in metadata.state_dict_metadata.items()
              if k.startswith("model.") and isinstance(m, TensorStorageMetadata)}
-    with quiet_alone():
-        dcp_load(model, storage_reader=SafeReader(folder / SHARDS), no_dist=True)
+    read_shards(folder, model, alone=True)
     return _part(model, "model.")
+
+
+def read_shards(folder: Path, tensors: dict[str, Any], alone: bool) -> None:
+    """`tensors` filled from `folder`'s shards/ through the SafeReader (every rank of the group calls
+    it, unless `alone`). The metadata is checked before DCP starts, so a refused checkpoint fails
+    with the reader's own error on every rank rather than inside DCP's collectives."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    reader = SafeReader(folder / SHARDS)
+    reader.read_metadata()
+    try:
+        with quiet_alone():
+            dcp_load(tensors, storage_reader=reader, no_dist=alone)
+    except CheckpointException as exc:  # DCP gathers every rank's failure; ours says what is wrong
+        ours = [error for error, _ in exc.failures.values() if isinstance(error, CheckpointError)]
+        if ours:
+            raise ours[0] from exc
+        raise
 
 
 def distributed() -> bool:

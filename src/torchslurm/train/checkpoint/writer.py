@@ -15,6 +15,7 @@ its own, so the training loop's collectives never meet the writer's.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -28,11 +29,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.tensor import DTensor
 
 from torchslurm.errors import CheckpointError
+from torchslurm.exitcodes import FAILED_EXIT_CODE
+from torchslurm.safefiles import open_write
 from torchslurm.train.checkpoint import hashed
 from torchslurm.train.checkpoint.layout import (
     FORMAT,
@@ -42,6 +46,7 @@ from torchslurm.train.checkpoint.layout import (
     TENSORS_FILE,
     Pruner,
     fsync,
+    own_folder,
     publish,
     rank_file,
     remove_leftovers,
@@ -76,7 +81,8 @@ class Durability:
     has joined its Durability, the checkpoint before it is kept (see `write`): a crash meanwhile
     leaves the new one failing its checksums, skipped by resume=auto, and the previous one whole."""
 
-    def __init__(self) -> None:
+    def __init__(self, step: int) -> None:
+        self.step = step
         self._fds: list[int] = []
         self._paths: list[Path] = []
         self._thread: threading.Thread | None = None
@@ -108,9 +114,31 @@ class Durability:
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:
-            raise CheckpointError(f"a checkpoint could not be written to disk: {self._error}.",
-                                  "check free space and the health of run_dir's file system; the previous "
-                                  "checkpoint is kept.") from self._error
+            raise save_failed(self.step, self._error) from self._error
+
+
+SAVE_ERRORS = (Exception, CheckpointException)
+"""What a failed save raises: OSError and torch's errors, and DCP's CheckpointException (a
+BaseException) that gathers every rank's."""
+
+
+def save_failed(step: int, error: BaseException) -> CheckpointError:
+    """The one message of a save that failed, whether it was written on the training thread, in the
+    background or made durable afterwards: the cause (a full disk named as such), and the previous
+    checkpoint that is still whole. The run fails with FAILED_EXIT_CODE, not as a usage error."""
+    if isinstance(error, CheckpointError):
+        return error
+    if isinstance(error, CheckpointException):  # DCP's gathered failures: the first rank's cause
+        error = next(iter(error.failures.values()))[0] if error.failures else error
+    error = _os_error(error) or error
+    full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return CheckpointError(
+        f"the checkpoint of step {step} could not be written to disk{' (it is full)' if full else ''}: "
+        f"{type(error).__name__}: {error}.",
+        ("free space (or quota) on run_dir's file system" if full else
+         "check free space, permissions and the health of run_dir's file system")
+        + "; the checkpoints saved before are kept, and resume=auto continues from the newest.",
+        exit_code=FAILED_EXIT_CODE)
 
 
 def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durability | None = None,
@@ -139,7 +167,8 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durabil
     if rank == 0:
         remove_leftovers(snap.root, keep=f"-{attempt}")
     sharded = _sharded(snap.tensors)
-    (staging / SHARDS if sharded else staging).mkdir(parents=True, exist_ok=True)
+    for made in (staging, staging / SHARDS) if sharded else (staging,):
+        own_folder(made)
     with ThreadPoolExecutor(1, thread_name_prefix="torchslurm-checksum") as pool, \
             nullcontext() if later is None else hashed.without_record_crc32():
         mine = _write_files(snap, staging, rank, group, pool, sync=later is None, sharded=sharded)
@@ -155,7 +184,8 @@ def write(snap: Snapshot, group: dist.ProcessGroup | None = None, later: Durabil
             snap.publish_after.wait()
         files = {name: digest for part in everyone for name, digest in part.items()}
         marker = {"step": snap.step, "format": FORMAT, "files": dict(sorted(files.items()))}
-        (staging / MARKER).write_text(json.dumps(marker) + "\n")
+        with open_write(staging / MARKER) as out:
+            out.write(json.dumps(marker) + "\n")
         folders = [SHARDS] if sharded else []
         if later is None:
             for folder in folders:
@@ -211,6 +241,17 @@ def _barrier(group: dist.ProcessGroup | None) -> None:
         dist.barrier(group=group)
 
 
+def _os_error(error: BaseException) -> OSError | None:
+    """The OSError behind `error`: torch.save reports a failed write as a RuntimeError about file
+    positions, raised while handling the OSError that says what happened (a full disk)."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None or isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class Writer:
     """Every checkpoint of a run: written now, on the training thread, or in the background, at most
     one at a time.
@@ -235,8 +276,12 @@ class Writer:
 
     def save(self, snap: Snapshot) -> Path:
         self.wait()
-        self._durability = Durability()
-        self.last = write(snap, later=self._durability, attempt=self.attempt(), pruner=self._pruner)
+        self._durability = Durability(snap.step)
+        try:
+            self.last = write(snap, later=self._durability, attempt=self.attempt(), pruner=self._pruner)
+        except SAVE_ERRORS as exc:
+            self._durability = None
+            raise save_failed(snap.step, exc) from exc
         return self.last
 
     def attempt(self) -> str:
@@ -281,7 +326,7 @@ class Writer:
         its fsyncs as `save` does); otherwise it is on disk before it is published."""
         self.wait()
         self.open()
-        self._durability = Durability() if defer_fsync else None
+        self._durability = Durability(snap.step) if defer_fsync else None
         self._thread = threading.Thread(target=self._run, args=(snap, self._durability),
                                         name="torchslurm-checkpoint", daemon=True)
         self._thread.start()
@@ -291,6 +336,9 @@ class Writer:
             self.last = write(snap, self._group, later=later, attempt=self._attempt, pruner=self._pruner)
         except BaseException as exc:  # reported on the training thread by wait()
             self._error = exc
+            if isinstance(exc, SAVE_ERRORS):
+                self._error = save_failed(snap.step, exc)
+                self._error.__cause__ = exc
 
     def wait(self) -> Path | None:
         """Until the last save is published and on disk."""
@@ -298,7 +346,14 @@ class Writer:
         if self._durability is not None:
             durability, self._durability = self._durability, None
             durability.join()
+            if self.last is not None:
+                self._pruner.verified(self.last)
         return self.last
+
+    def verified(self, path: Path) -> None:
+        """`path` (a checkpoint of this writer's folder) verified, e.g. the one resumed from: pruning
+        keeps the newest such (layout.Pruner)."""
+        self._pruner.verified(path)
 
     def wait_written(self) -> Path | None:
         """Until a background save is published (its fsyncs may still run)."""
@@ -307,9 +362,7 @@ class Writer:
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
-            raise CheckpointError(f"the background checkpoint save failed: {type(error).__name__}: {error}",
-                                  "check free space and permissions of run_dir; the previous checkpoint "
-                                  "is still complete.") from error
+            raise error
         return self.last
 
     def finish(self, root: Path, keep_last: int) -> None:

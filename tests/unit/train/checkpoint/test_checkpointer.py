@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from torchslurm.errors import CheckpointError
 from torchslurm.train import checkpoint
 from torchslurm.train.checkpoint import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.checkpointer import layout_changes
@@ -120,3 +121,39 @@ def test_layout_changes_name_what_moved_the_position_in_the_epoch() -> None:
         "world_size was 4, now 2, batch_size was 64, now 32"
     old = {"world_size": 1, "config": {"batch_size": 64, "seed": 0}}  # a checkpoint from before grad_accum_steps
     assert layout_changes(old, {"world_size": 1, "grad_accum_steps": 1}) == "grad_accum_steps was unset, now 1"
+
+
+@pytest.mark.parametrize("finish", [True, False], ids=["run ends", "run killed before its end"])
+def test_pruning_never_deletes_the_newest_checkpoint_that_verifies(tmp_path: Path, finish: bool) -> None:
+    """keep_last=1 and a corrupt newest: the run resumes from the older good one, saves a step below
+    the corrupt one, and pruning keeps what it wrote (and, until that is on disk, what it resumed from)."""
+    saver = _checkpointer(tmp_path, keep_last=1)
+    saver.save(_progress(1))
+    saver.close()
+    saver = _checkpointer(tmp_path, keep_last=1)
+    saver.save(_progress(3))
+    saver.close()
+    (checkpoint.step_dir(tmp_path, 3) / "tensors.pt").write_bytes(b"junk")  # COMPLETE, but corrupt
+    resumed = _checkpointer(tmp_path, keep_last=1)
+    assert resumed.restore("auto").global_step == 1  # type: ignore[union-attr]
+    resumed.save(_progress(2))
+    assert checkpoint.step_dir(tmp_path, 1).is_dir()  # step 2's fsyncs may still run: 1 is the one on disk
+    if finish:
+        resumed.finish()
+    resumed.close()
+    path, state = checkpoint.load_latest(tmp_path) or (None, {})
+    assert (path, state["global_step"]) == (checkpoint.step_dir(tmp_path, 2), 2)
+
+
+def test_a_second_run_in_the_same_folder_is_refused_naming_the_first(tmp_path: Path) -> None:
+    first = _checkpointer(tmp_path, environ={"SLURM_JOB_ID": "4242"})
+    first.open()
+    second = _checkpointer(tmp_path, seed=1)
+    with pytest.raises(CheckpointError, match=r"is in use by another run \(host .*, pid \d+, Slurm job 4242, since"):
+        second.save(_progress(1))  # would delete the first run's staging folder, prune its checkpoints
+    assert not list(tmp_path.glob("step-*")) and not list(tmp_path.glob(".staging-*"))
+    first.save(_progress(2))
+    first.close()
+    second.save(_progress(3))  # free once the first run ended
+    second.close()
+    assert [step for step, _ in checkpoint.complete(tmp_path)] == [2, 3]

@@ -60,3 +60,34 @@ def test_only_folders_with_a_marker_count_oldest_first(tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     assert checkpoint.complete(tmp_path) == [(2, step_dir(tmp_path, 2)), (10, step_dir(tmp_path, 10))]
     assert checkpoint.complete(tmp_path / "absent") == []
+
+
+def test_the_newest_verified_checkpoint_is_never_pruned(tmp_path: Path) -> None:
+    for step in (1, 5, 9):
+        step_dir(tmp_path, step).mkdir()
+        (step_dir(tmp_path, step) / "COMPLETE").write_text("{}")
+    pruner = Pruner()
+    pruner.verified(step_dir(tmp_path, 1))
+    pruner.verified(step_dir(tmp_path, 5))  # 9 has a marker, but nothing said that its files verify
+    assert pruner.prune(tmp_path, keep_last=1) == [step_dir(tmp_path, 1)]
+    pruner.unverified(step_dir(tmp_path, 5))  # being replaced by a save not yet on disk
+    assert pruner.prune(tmp_path, keep_last=1) == [step_dir(tmp_path, 5)]
+    pruner.wait()
+    assert [s for s, _ in checkpoint.complete(tmp_path)] == [9]
+
+
+def test_a_checkpoint_is_never_written_into_a_folder_a_link_points_to(tmp_path: Path) -> None:
+    import pytest
+
+    from torchslurm.errors import CheckpointError
+    from torchslurm.train.checkpoint.layout import own_folder
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    (root / ".staging-000000001-abc").symlink_to(elsewhere)
+    with pytest.raises(CheckpointError, match=r"staging-000000001-abc is a symbolic link.*HINT: remove the link"):
+        own_folder(root / ".staging-000000001-abc")
+    own_folder(root / ".staging-000000002-abc" / "shards")
+    assert (root / ".staging-000000002-abc" / "shards").is_dir() and list(elsewhere.iterdir()) == []

@@ -77,5 +77,43 @@ def test_a_failed_fsync_is_an_error_on_the_training_thread(tmp_path: Path, monke
     writer = Writer()
     monkeypatch.setattr(os, "fsync", failing_fsync)
     writer.save(linear_snapshot(tmp_path, 1, keep_last=2)[0])
-    with pytest.raises(CheckpointError, match=r"could not be written to disk: .*Input/output error.*HINT: check free"):
+    with pytest.raises(CheckpointError, match=r"step 1 could not be written to disk: OSError: .*Input/output error.*"
+                                              r"HINT: check free"):
         writer.wait()
+
+
+def full_disk_for(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Checkpoint files called `name` written to /dev/full: the kernel's own ENOSPC, as a full disk gives."""
+    from torchslurm.train.checkpoint import hashed
+
+    real = hashed.open_write
+
+    def opening(path: Path, mode: str = "w") -> object:
+        return open("/dev/full", mode) if Path(path).name == name else real(path, mode)
+
+    monkeypatch.setattr(hashed, "open_write", opening)
+
+
+@pytest.mark.parametrize("how", ["now", "background"])
+def test_a_full_disk_is_one_clear_error_on_both_paths_and_keeps_the_previous_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    from torchslurm.exitcodes import FAILED_EXIT_CODE
+
+    writer = Writer()
+    writer.save(linear_snapshot(tmp_path, 1, keep_last=1)[0])
+    writer.wait()
+    full_disk_for(monkeypatch, "tensors.pt")
+    snap = linear_snapshot(tmp_path, 2, keep_last=1)[0]
+    expected = (r"^the checkpoint of step 2 could not be written to disk \(it is full\): OSError: \[Errno 28\] No "
+                r"space left on device\. HINT: free space \(or quota\) on run_dir's file system; the checkpoints saved "
+                r"before are kept")
+    with pytest.raises(CheckpointError, match=expected) as failed:
+        if how == "now":
+            writer.save(snap)
+        else:
+            writer.start(snap)
+            writer.wait()
+    assert failed.value.exit_code == FAILED_EXIT_CODE
+    assert _steps(tmp_path) == [1]
+    checkpoint.load(checkpoint.step_dir(tmp_path, 1))
+    writer.close()
