@@ -227,8 +227,7 @@ def _sinfo(cfg: SandboxConfig) -> dict[str, str]:
 
 
 def wait_ready(cfg: SandboxConfig, timeout_s: float | None = None) -> dict[str, str]:
-    """Poll sinfo until every node is up (idle, or running jobs); by default 30 s plus 1 s a node
-    (64 slurmds register one by one with one slurmctld on a loaded machine)."""
+    """Poll sinfo until every node is up (idle, or running jobs); by default 30 s plus 1 s a node."""
     timeout_s = 30.0 + cfg.nodes if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
     while True:
