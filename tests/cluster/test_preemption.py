@@ -223,7 +223,7 @@ def test_short_time_limit_finishes_over_several_requeues(cluster: Cluster, refer
     output = cluster.output(job)
     assert state == "COMPLETED", output[-4000:]
     assert restarts >= 2, output[-4000:]
-    assert output.count("stopping at this step boundary: the deadline (32 s before the time limit)") >= 2 * 4
+    assert output.count("stopping at this step boundary: the deadline (32 s before the time limit)") >= 2  # rank 0
     assert len(re.findall(r"Resuming from", output)) == restarts
     assert_same_weights(reference, run_dir)
 

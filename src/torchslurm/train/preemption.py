@@ -51,6 +51,7 @@ from torchslurm.errors import ConfigError, SlurmError, below_minimum, not_one_of
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from torchslurm.jobs.slurm import SlurmClient, run_command_status
 from torchslurm.jobs.spec import SIGNALS
+from torchslurm.runtime.launch import mark_finished
 from torchslurm.train.badnodes import DEFAULT_MAX_EXCLUDED_NODES, NodeFault
 from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue, requeue_excluding, slurm_client
 
@@ -244,6 +245,8 @@ class Preemption:
         self.uninstall()
         if exc_type is None:
             self._agreed()  # after an error the peers may be gone: leave it
+            if not self.request.stop:  # the run is done: a signal from now on stops nothing
+                mark_finished(self.environ, _rank())
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._received.add(signum)  # only record it: the step boundary does the rest
@@ -279,7 +282,8 @@ class Preemption:
         self._next_check = self._steps + self._every
         if agreed.stop:
             self.request = agreed | self._agreed()[0]  # every rank started `latest`: collect it too
-            logger.info("stopping at this step boundary: %s", self.request.describe(self.config))
+            if _rank() == 0:  # every rank agreed on the same request: said once
+                logger.info("stopping at this step boundary: %s", self.request.describe(self.config))
         return self.request.stop
 
     def _proposed_interval(self) -> int:

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.sbatch import directives, render, sbatch_split
 from torchslurm.jobs.spec import JobSpec
+from torchslurm.runtime.launch import AGENT_MODULE
 
 NASTY = ["a", "b", " ", "  ", "'", '"', "$(touch pwned)", "`touch pwned`", "; touch pwned", "&& touch pwned",
          "|", "\\", "#", "*", "~", "$HOME", "${PATH}", "%x", "\t", "\v", "\x1e", "é", "{a,b}", ">pwned", "!", "-",
@@ -99,7 +100,7 @@ def expected_argv(spec: JobSpec) -> list[str]:
     if spec.preemptible and spec.signal != "TERM":
         argv += ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchrun-agent"]
     port = 10000 + 42 * 8 % 22768
-    return [*argv, spec.python, "-m", "torch.distributed.run", "--nproc-per-node=2", "--rdzv-backend=c10d",
+    return [*argv, spec.python, "-m", AGENT_MODULE, "--nproc-per-node=2", "--rdzv-backend=c10d",
             "--nnodes=2", f"--rdzv-endpoint=node1:{port}", "--rdzv-id=42", spec.script, *spec.args]
 
 
