@@ -174,8 +174,12 @@ def assert_same_weights(reference: Reference, run_dir: Path) -> None:
 
 def test_scancel_signal_mid_epoch_checkpoints_requeues_and_resumes_bitwise(
         cluster: Cluster, reference: Reference) -> None:
+    """torchrun mode (the reference ran in srun mode: the same 4 ranks). The log tells the stop once:
+    rank 0's lines, Slurm's own account of the requeue and srun's exit code 75 per node, but no
+    traceback from the agents (which get Slurm's SIGTERM too), no `Exited with exit code 1`, and no
+    rank cut short in its teardown by the requeue's SIGTERM."""
     run_dir = cluster.job_dir / "run"
-    job = cluster.sbatch(job_script(cluster, run_dir, "step_sleep=0.15", "requeued_step_sleep=0"))
+    job = cluster.sbatch(job_script(cluster, run_dir, "step_sleep=0.15", "requeued_step_sleep=0", torchrun_restarts=0))
     started(cluster, job, run_dir)
     time.sleep(4.0)  # some steps into epoch 1 (start-up takes ~2 s of it)
     assert cluster.run(["scancel", "--signal=USR2", job]).returncode == 0
@@ -183,6 +187,10 @@ def test_scancel_signal_mid_epoch_checkpoints_requeues_and_resumes_bitwise(
     assert 0 < step < 50
     # 0 completed steps lost: the resume starts at the very step the stop saved
     assert re.search(rf"Resuming from \S+step-{step:09d}: epoch \d, batch \d+, step {step}\b", output), output[-4000:]
+    assert output.count("stopping at this step boundary: SIGUSR2") == 1, output[-4000:]
+    noise = ("Traceback", "SignalException", "Exited with exit code 1", "death signal", "Job step aborted",
+             "not every rank reached the final barrier")
+    assert not [n for n in noise if n in output], output[-4000:]
     assert_same_weights(reference, run_dir)
 
 

@@ -67,8 +67,10 @@ class TermHandler:
             return
         self.received = signal.Signals(signum)
         # what the agent logs next is its shutdown ("Received 15 death signal", "Sending process …
-        # closing signal"): the expected course of a stop
-        logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+        # closing signal"): the expected course of a stop. torch sets a level on each of its loggers.
+        for name in list(logging.Logger.manager.loggerDict):
+            if name.startswith("torch.distributed.elastic"):
+                logging.getLogger(name).setLevel(logging.ERROR)
         raise self._exception(f"Process {os.getpid()} got signal: {self.received}", self.received)
 
 

@@ -158,7 +158,9 @@ def rank_output(output: str) -> str:
 
 
 def _srun_options(spec: JobSpec) -> list[str]:
-    opts = ["--kill-on-bad-exit=1"]
+    # --quiet: srun's info lines only (errors stay), which after a stop on request narrate the requeue's
+    # end of the step ("Job step aborted", "got SIGCONT", "forcing job termination", "Terminating StepId")
+    opts = ["--quiet", "--kill-on-bad-exit=1"]
     if spec.per_rank_output:
         opts.append(f"--output={rank_output(spec.output)}")
     elif spec.launch == "srun":

@@ -247,6 +247,10 @@ class Preemption:
             self._agreed()  # after an error the peers may be gone: leave it
             if not self.request.stop:  # the run is done: a signal from now on stops nothing
                 mark_finished(self.environ, _rank())
+            elif threading.current_thread() is threading.main_thread():
+                # stopped and saved: the SIGTERM of the requeue, or of Slurm's kill, finds this rank on its
+                # way out and lets it exit with its own code rather than die mid-teardown
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._received.add(signum)  # only record it: the step boundary does the rest

@@ -88,7 +88,7 @@ def _values(kwargs: dict[str, object]) -> list[str]:
 
 
 def expected_argv(spec: JobSpec) -> list[str]:
-    argv = ["--kill-on-bad-exit=1"]
+    argv = ["--quiet", "--kill-on-bad-exit=1"]
     if spec.per_rank_output:
         stem = spec.output[:-4] if spec.output.endswith(".out") else spec.output
         argv.append(f"--output={stem}-rank%t.out")

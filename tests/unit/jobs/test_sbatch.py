@@ -63,7 +63,7 @@ def test_no_hard_coded_master() -> None:
 def test_srun_mode_one_task_per_gpu() -> None:
     opts = directives(JobSpec(script="t.py", nodes=2, gpus_per_node=4))
     assert (opts["ntasks-per-node"], opts["gpus-per-node"]) == ("4", "4")
-    assert "srun --kill-on-bad-exit=1 --label python t.py" in render(JobSpec(script="t.py"))
+    assert "srun --quiet --kill-on-bad-exit=1 --label python t.py" in render(JobSpec(script="t.py"))
 
 
 def test_torchrun_mode_one_task_per_node() -> None:
@@ -138,4 +138,4 @@ def test_max_restarts_needs_torchrun() -> None:
 def test_per_rank_output_pattern(output: str, per_rank: str) -> None:
     assert rank_output(output) == per_rank
     spec = JobSpec(script="t.py", output=output, per_rank_output=True)
-    assert f"srun --kill-on-bad-exit=1 --output={per_rank} python t.py" in render(spec)
+    assert f"srun --quiet --kill-on-bad-exit=1 --output={per_rank} python t.py" in render(spec)
