@@ -119,6 +119,7 @@ def shard_model(model: nn.Module, *, wrap: Sequence[str] = (), amp: str = "off",
     options = {"mesh": mesh, "reshard_after_forward": reshard_after_forward,
                **({"mp_policy": policy} if policy is not None else {})}
     chosen = units(model, wrap, min_share)
+    classes = ", ".join(sorted({type(m).__name__ for m in chosen})) or "root only"  # before fully_shard renames them
     for module in chosen:
         if activation_checkpointing:
             from torch.distributed._composable.checkpoint_activation import checkpoint
@@ -128,8 +129,7 @@ def shard_model(model: nn.Module, *, wrap: Sequence[str] = (), amp: str = "off",
     fully_shard(model, **options)  # type: ignore[call-overload]
     if dist.get_rank() == 0:  # the same on every rank: said once
         logger.info("FSDP: %d sharded unit%s + root over %d ranks (%s)", len(chosen),
-                    "s" if len(chosen) != 1 else "", dist.get_world_size(),
-                    ", ".join(sorted({type(m).__name__ for m in chosen})) or "root only")
+                    "s" if len(chosen) != 1 else "", dist.get_world_size(), classes)
     return model
 
 
