@@ -17,7 +17,7 @@
 3. The Trainer then checkpoints (rank 0 writes, every rank waits) and returns.
 4. `finish()`: rank 0 runs `scontrol requeue` (JOBID_TASKID for array tasks) unless
    SLURM_RESTART_COUNT has reached max_requeues; after a barrier every rank gets
-   PREEMPTED_EXIT_CODE.
+   PREEMPTED_EXIT_CODE, and ignores SIGTERM from then on (the requeue's).
 
 Ctrl-C (SIGINT) is a request to stop too: at the next step boundary, after a checkpoint, with
 INTERRUPTED_EXIT_CODE (130) and no traceback and no requeue. Its handler gives SIGINT back to the
@@ -28,11 +28,8 @@ Requeue follows the warning signal and the deadline only. SIGTERM means scancel 
 the job gone), the time limit itself (too late) or Slurm's own preemption (Slurm requeues by
 itself): the ranks checkpoint inside KillWait and exit, but do not requeue.
 
-Why USR2: on torch 2.13 (CPU wheel) neither `import torch` nor a Gloo process group installs a
-handler for USR1 or USR2 (measured: /proc/self/status SigCgt shows only SIGINT). c10's
-FatalSignalHandler uses SIGUSR2 for its stack dumps, but only after
-`torch._C._set_print_stack_traces_on_fatal_signal(True)` (torch's own test harness), and
-submitit/Lightning report USR1 clashes with NCCL; USR2 is the choice with no known user.
+Why USR2 (docs/slurm.md): neither torch nor a Gloo group installs a handler for it (/proc/self/status
+SigCgt), c10's FatalSignalHandler only on request, and USR1 clashes with NCCL.
 """
 
 from __future__ import annotations
@@ -247,10 +244,6 @@ class Preemption:
             self._agreed()  # after an error the peers may be gone: leave it
             if not self.request.stop:  # the run is done: a signal from now on stops nothing
                 mark_finished(self.environ, _rank())
-            elif threading.current_thread() is threading.main_thread():
-                # stopped and saved: the SIGTERM of the requeue, or of Slurm's kill, finds this rank on its
-                # way out and lets it exit with its own code rather than die mid-teardown
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._received.add(signum)  # only record it: the step boundary does the rest
@@ -317,6 +310,11 @@ class Preemption:
             except SlurmError as exc:
                 logger.error("%s", exc)
         _barrier()
+        # on its way out: the requeue's SIGTERM must not cut the teardown short (srun: `Terminated`, not 75)
+        if signal.SIGTERM in self._previous:  # handlers installed: uninstall() puts this one in place
+            self._previous[signal.SIGTERM] = signal.SIG_IGN
+        elif threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return INTERRUPTED_EXIT_CODE if self.request.interrupt else PREEMPTED_EXIT_CODE
 
     def requeue_after_failure(self) -> None:
