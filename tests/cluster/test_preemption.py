@@ -1,5 +1,6 @@
-"""Preemption, time limits and failures end to end on the sandbox: 2 nodes x 2 ranks, srun mode,
-jobs from torchslurm's own sbatch renderer (preemptible: --signal=USR2@grace, --requeue).
+"""Preemption, time limits and failures end to end on the sandbox: 2 nodes x 2 ranks, srun mode
+(torchrun mode where a test says so), jobs from torchslurm's own sbatch renderer (preemptible:
+--signal=USR2@grace, --requeue).
 
 Every interrupted run is compared, bitwise, with one uninterrupted run of the same training.
 Requeued jobs wait 120 s in PENDING (BeginTime); tests hurry them with
