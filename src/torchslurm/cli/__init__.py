@@ -65,10 +65,11 @@ def _settings_anywhere(args: argparse.Namespace, extra: list[str]) -> list[str]:
     """A subcommand that takes `key=value` settings (its `overrides` positional) takes them anywhere on
     the line: argparse gives those after an option (`train dataset=text --nproc 2 epochs=4`) back as
     unknown, and they join the others in order. What is left over is unknown."""
-    if not isinstance(getattr(args, "overrides", None), list) or any(arg.startswith("-") for arg in extra):
+    if not isinstance(getattr(args, "overrides", None), list):
         return extra
-    args.overrides += extra
-    return []
+    settings = [arg for arg in extra if "=" in arg and not arg.startswith("-")]
+    args.overrides += settings
+    return [arg for arg in extra if arg not in settings]
 
 
 def setup_logging(verbose: bool) -> None:

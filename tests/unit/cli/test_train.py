@@ -64,9 +64,9 @@ def test_an_unknown_key_after_a_flag_and_an_unknown_flag_get_did_you_mean(
     assert main(["train", "--nproc", "2", "--dry-run", "epoch=4"]) == 2
     assert "unknown key(s) in key=value: epoch. HINT: did you mean epoch -> epochs?" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
-        main(["train", "dataset=text", "--nproc", "2", "--epoch", "4"])
+        main(["train", "dataset=text", "--nproc", "2", "--epoch", "4", "lr=0.1"])
     assert exited.value.code == 2
-    assert capsys.readouterr().err.startswith(
+    assert capsys.readouterr().err.startswith(  # the setting is not among the unknown
         "error: torchslurm train: unrecognized arguments: --epoch 4. HINT: did you mean --epoch -> --epochs? "
         "`torchslurm train --help` lists the options.")
 
