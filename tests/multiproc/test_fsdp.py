@@ -176,6 +176,7 @@ def _fp16_worker(ctx: Any, out: Path) -> dict[str, Any]:
     resumed.restore()
     mine["resumed scale"] = resumed.scaler.get_scale()
     mine["fp16 policy"] = _fp16_policy_dtypes()
+    mine["encoder"] = _encoder_units()
     gathered: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(gathered, mine)
     return {"ranks": gathered}
@@ -217,6 +218,34 @@ def _fp16_policy_dtypes() -> list[str]:
     scaler.step(optimizer)
     scaler.update()
     return [str(logits.dtype), *sorted(grads), f"scale {scaler.get_scale()}"]
+
+
+def _encoder_units() -> dict[str, Any]:
+    """torch's nn.TransformerEncoder sharded without fsdp_wrap: is each layer an FSDP unit of its own,
+    and what did this rank log (the summary: rank 0 alone)."""
+    import logging
+
+    import torch
+    from torch import nn
+    from torch.distributed.fsdp import FSDPModule
+
+    from torchslurm.train import fsdp
+
+    said: list[str] = []
+    keep = logging.Handler()
+    keep.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    log = logging.getLogger("torchslurm.train.fsdp")
+    log.addHandler(keep)
+    log.setLevel(logging.INFO)
+    try:
+        layer = nn.TransformerEncoderLayer(32, 2, 64, batch_first=True)
+        model = nn.Sequential(nn.Embedding(64, 32), nn.TransformerEncoder(layer, 3, enable_nested_tensor=False),
+                              nn.Linear(32, 64))
+        fsdp.shard_model(model)
+        model(torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))).sum().backward()
+    finally:
+        log.removeHandler(keep)
+    return {"layers sharded": [isinstance(m, FSDPModule) for m in model[1].layers], "said": said}
 
 
 def ctx_barrier() -> None:
@@ -297,6 +326,10 @@ def test_fp16_scaler_skips_a_step_on_every_rank_when_one_rank_s_shard_has_an_inf
     assert [rank["resumed scale"] for rank in ranks] == [2.0 ** 15] * 2
     assert ranks[0]["fp16 policy"] == ranks[1]["fp16 policy"] == [
         "torch.float16", "DTensor torch.float32", "scale 65536.0"]
+    # without fsdp_wrap an nn.TransformerEncoder is sharded per layer, and that is said once, by rank 0
+    assert [rank["encoder"]["layers sharded"] for rank in ranks] == [[True] * 3] * 2
+    assert [rank["encoder"]["said"] for rank in ranks] == [
+        ["FSDP: 3 sharded units + root over 2 ranks (TransformerEncoderLayer)"], []]
 
 
 if __name__ == "__main__":

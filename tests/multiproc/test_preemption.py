@@ -95,7 +95,7 @@ def test_a_crashed_rank_is_restarted_by_the_agent_and_the_run_resumes_bitwise(
 def test_sigterm_on_rank_0_stops_without_requeue(tmp_path: Path) -> None:
     stopped = train(tmp_path, "signal_at=0:3", "signal=TERM", "epochs=1")  # seen after step 3, agreed after 4
     assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stdout + stopped.stderr
-    assert "stopping at this step boundary: SIGTERM" in stopped.stdout
+    assert stopped.stdout.count("stopping at this step boundary: SIGTERM") == 1  # said by rank 0 alone
     assert [step for step, _ in checkpoint.complete(tmp_path / "checkpoints")] == [4]
 
 
@@ -171,3 +171,24 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_exit_130_without_
     assert saved, output
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert saved[-1][0] >= max(r["step"] for r in records)  # nothing trained after the last checkpoint is lost
+
+
+def test_ctrl_c_after_the_run_finished_promises_no_checkpoint(tmp_path: Path) -> None:
+    """Ctrl-C while the ranks are past their training (here: lingering after final.pt) stops nothing:
+    the launcher says so, and not that the ranks will stop at the next step boundary and save."""
+    launcher = subprocess.Popen([*TORCHSLURM, "run", "--nproc", "2", str(SCRIPT), f"run_dir={tmp_path}", "epochs=1",
+                                 "linger_s=120"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=clean_environ(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120  # a bound on the run, not a measurement
+        while not (tmp_path / "final.pt").exists():
+            assert launcher.poll() is None and time.monotonic() < deadline, "the run did not finish"
+            time.sleep(0.1)
+        os.killpg(launcher.pid, signal.SIGINT)
+        output, _ = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 130, output
+    assert "SIGINT came after every rank had finished training: nothing was left to stop or save." in output
+    assert "step boundary" not in output and "save a checkpoint" not in output, output
+    assert "Traceback" not in output, output

@@ -174,3 +174,34 @@ def test_the_trainer_api_refuses_a_run_dir_it_cannot_write_before_any_rank_train
     refusal = "ConfigError: run_dir=/proc/foo cannot be created (No such file or directory: /proc/foo)"
     assert output.count(refusal) == 2, output
     assert "OSError" not in output and "DistributedError" not in output and "epoch 1" not in output
+
+
+def test_the_torchrun_agent_of_a_job_waits_for_its_stopping_workers_and_ends_without_a_traceback(
+        tmp_path: Path) -> None:
+    """A torchrun-mode job's agent (torchslurm.cli.agent) gets Slurm's SIGTERM with its workers, then the
+    requeue's while they save: it waits for them (the second SIGTERM cut torchrun's wait short) and
+    exits 75 with nothing in the log (torchrun: `SignalException: Process … got signal: 15`, exit 1)."""
+    from torchslurm.runtime.launch import AGENT_MODULE
+
+    log = tmp_path / "agent.log"
+    with log.open("w") as out:
+        agent = subprocess.Popen([sys.executable, "-m", AGENT_MODULE, "--standalone", "--nproc-per-node=2",
+                                  str(SCRIPTS / "stop_on_term.py"), str(tmp_path), "1"], stdout=out,
+                                 stderr=subprocess.STDOUT, env=clean_environ(TORCHSLURM_GRACE_S="60",
+                                                                             OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.monotonic() + 120  # a bound on the start-up, not a measurement
+        while not all((tmp_path / f"pid-{rank}").exists() for rank in (0, 1)):
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        workers = [int((tmp_path / f"pid-{rank}").read_text()) for rank in (0, 1)]
+        for pid in (agent.pid, *workers):  # as slurmstepd signals every process of the step
+            os.kill(pid, signal.SIGTERM)
+        time.sleep(0.5)
+        os.kill(agent.pid, signal.SIGTERM)  # the requeue's, while the workers save
+        assert agent.wait(timeout=60) == 75, log.read_text()
+    finally:
+        agent.kill()
+    assert (tmp_path / "saved-0").exists() and (tmp_path / "saved-1").exists()  # the agent waited for both
+    text = log.read_text()
+    assert not [n for n in ("Traceback", "SignalException", "death signal", "closing signal") if n in text], text

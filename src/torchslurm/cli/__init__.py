@@ -8,6 +8,7 @@ Each subcommand module has `register(subparsers)`, which adds its parser and set
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
@@ -60,6 +61,17 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return actions[0].choices[command]  # type: ignore[no-any-return]
 
 
+def _settings_anywhere(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """A subcommand that takes `key=value` settings (its `overrides` positional) takes them anywhere on
+    the line: argparse gives those after an option (`train dataset=text --nproc 2 epochs=4`) back as
+    unknown, and they join the others in order. What is left over is unknown."""
+    if not isinstance(getattr(args, "overrides", None), list):
+        return extra
+    settings = [arg for arg in extra if "=" in arg and not arg.startswith("-")]
+    args.overrides += settings
+    return [arg for arg in extra if arg not in settings]
+
+
 def setup_logging(verbose: bool) -> None:
     """Attach the one handler torchslurm uses; library modules only create loggers.
 
@@ -78,16 +90,22 @@ def setup_logging(verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    extra = _settings_anywhere(args, extra)
     if extra:  # named here, with the subcommand: argparse would blame the top-level parser
         from torchslurm.jobs.flags import slurm_flag_advice
 
         parser.prog = f"torchslurm {args.command}" if args.command else "torchslurm"
         accepted = _subparser(parser, args.command)._option_string_actions if args.command else {}
-        advice = [a for a in (slurm_flag_advice(arg, accepted) for arg in extra if arg.startswith("-")) if a]
+        flags = [arg for arg in extra if arg.startswith("-")]
+        advice = [a for a in (slurm_flag_advice(arg, accepted) for arg in flags) if a]
         if advice:
             parser.fail("; ".join(dict.fromkeys(what for what, _ in advice)),
                         "; ".join(dict.fromkeys(hint for _, hint in advice)))
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        guesses = [f"{flag} -> {close[0]}" for flag in flags
+                   if (close := difflib.get_close_matches(flag.split("=", 1)[0], list(accepted), n=1, cutoff=0.8))]
+        did_you_mean = f"did you mean {', '.join(guesses)}? " if guesses else ""
+        parser.fail(f"unrecognized arguments: {' '.join(extra)}",
+                    f"{did_you_mean}`{parser.prog} --help` lists the options")
     if args.command is None:
         parser.print_help()
         return 2

@@ -12,8 +12,9 @@ from torchslurm.cli.script import add_spec_arguments, report, spec_from_args
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "submit", help="render, check and sbatch a job; prints the job id and its log files",
-        description="Render the job spec into <run-dir>/<name>.sbatch (relative log patterns are placed "
-        "in the run directory, which is created), then `sbatch --parsable` it.")
+        description="Render the job spec into <run-dir>/<name>.sbatch (<name>-2.sbatch, ... when taken: one "
+        "file per submission; relative log patterns are placed in the run directory, which is created), then "
+        "`sbatch --parsable` it. Without --name the job is named after its script.")
     add_spec_arguments(parser)
     parser.add_argument("--run-dir", type=Path, default=None, metavar="DIR",
                         help="where the script and logs go (default: ./torchslurm-runs/<name>)")

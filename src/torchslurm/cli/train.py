@@ -126,6 +126,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
 
     import torchslurm
     from torchslurm.errors import ConfigError, TorchSlurmError
+    from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE
     from torchslurm.jobs.slurm import run_command_status
     from torchslurm.train import config, data, models, tasks
     from torchslurm.train.preemption import preemption_config
@@ -133,7 +134,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="torchslurm train (rank)")
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     try:
         example, cfg = from_arguments(args)
         with torchslurm.init() as ctx:
@@ -164,6 +165,8 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     except TorchSlurmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code  # 2 for settings, 1 for a run that failed (a checkpoint not written)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one after the end: the launcher says what it means
+        return INTERRUPTED_EXIT_CODE
     return 0
 
 

@@ -21,6 +21,7 @@ import shlex
 from torchslurm._version import __version__
 from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
 from torchslurm.jobs.spec import JobSpec, spec_json
+from torchslurm.runtime.launch import AGENT_MODULE
 from torchslurm.runtime.ports import MAKE_JOB_SECRET, SECRET_PORT_EXPR
 
 # C isspace() in the C locale, which sbatch uses; Python's str.isspace() knows more characters
@@ -159,7 +160,9 @@ def rank_output(output: str) -> str:
 
 
 def _srun_options(spec: JobSpec) -> list[str]:
-    opts = ["--kill-on-bad-exit=1"]
+    # --quiet: srun's info lines only (errors stay), which after a stop on request narrate the requeue's
+    # end of the step ("Job step aborted", "got SIGCONT", "forcing job termination", "Terminating StepId")
+    opts = ["--quiet", "--kill-on-bad-exit=1"]
     if spec.per_rank_output:
         opts.append(f"--output={rank_output(spec.output)}")
     elif spec.launch == "srun":
@@ -186,13 +189,13 @@ def _torchrun_lines(spec: JobSpec) -> list[str]:
         # so the agent ignores the warning signal (inherited across exec; the workers install
         # their own handler).
         wrap = ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchrun-agent"]
-    agent = [spec.python, "-m", "torch.distributed.run", f"--nproc-per-node={spec.ranks_per_node}",
-             "--rdzv-backend=c10d"]
+    # torchrun's agent, quiet after a stop on request: no traceback when Slurm's SIGTERM reaches it
+    agent = [spec.python, "-m", AGENT_MODULE, f"--nproc-per-node={spec.ranks_per_node}", "--rdzv-backend=c10d"]
     if spec.max_restarts:
         agent.append(f"--max-restarts={spec.max_restarts}")
     return [
-        "# one task per node, each running torchrun (python -m torch.distributed.run) with",
-        "# a rendezvous on the first node at a port drawn from this run's secret",
+        f"# one task per node, each running torchrun's agent ({AGENT_MODULE}: torch.distributed.run",
+        "# with a quiet end after a stop) with a rendezvous on the first node at a port drawn from this run's secret",
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         f"port={SECRET_PORT_EXPR}",
         _torchrun_command(srun, wrap, agent, spec),

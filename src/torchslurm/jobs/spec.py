@@ -50,7 +50,8 @@ class JobSpec:
     script: str = field(metadata=_help("Path of the Python training script run on every rank."))
     args: tuple[str, ...] = field(default=(), metadata=_help(
         "Arguments passed to the script, each one as given (quoted in the job script)."))
-    name: str = field(default="torchslurm", metadata=_help("Slurm job name (`--job-name`); `%x` in output patterns."))
+    name: str = field(default="", metadata=_help(
+        "Slurm job name (`--job-name`); `%x` in output patterns. Default: the script's name (`train.py` -> train)."))
     nodes: int = field(default=1, metadata=_help("Number of nodes (`--nodes`)."))
     gpus_per_node: int = field(default=0, metadata=_help("GPUs per node; 0 makes a CPU job (Gloo)."))
     launch: str = field(default="srun", metadata=_help(
@@ -227,7 +228,6 @@ def spec_json(spec: JobSpec) -> str:
 
 
 
-
 # -- normalising and checking: __post_init__ normalises, then asks problems() -------------------
 
 class InvalidSpec(ConfigError):
@@ -269,6 +269,8 @@ def normalised(spec: JobSpec) -> dict[str, Any]:
             out[name] = str(value)
     if isinstance(spec.signal, str):
         out["signal"] = spec.signal.upper().removeprefix("SIG")
+    if spec.name == "" and isinstance(spec.script, str):  # jobs differ by script: so do their names and run dirs
+        out["name"] = Path(spec.script).stem.strip() or "torchslurm"
     return out
 
 

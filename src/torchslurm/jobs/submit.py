@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import itertools
 import logging
 import re
 import time
@@ -44,7 +45,8 @@ def unknown_placeholders(pattern: str, known: Mapping[str, str]) -> list[str]:
 
 
 def prepare(spec: JobSpec, run_dir: Path) -> tuple[JobSpec, Path]:
-    """Put relative log patterns into `run_dir`, write the script there; (spec used, script path)."""
+    """Put relative log patterns into `run_dir`, write the script there (a file of its own,
+    `new_script`); (spec used, script path)."""
     run_dir = run_dir.resolve()
     changes: dict[str, str] = {}
     for name in ("output", "error"):
@@ -56,9 +58,22 @@ def prepare(spec: JobSpec, run_dir: Path) -> tuple[JobSpec, Path]:
         value = getattr(spec, name)
         if value is not None:
             _make_log_directory(name, value, spec.name)
-    script = run_dir / f"{spec.name}.sbatch"
-    script.write_text(render(spec))
-    return spec, script
+    return spec, new_script(run_dir, spec.name, render(spec))
+
+
+def new_script(run_dir: Path, name: str, text: str) -> Path:
+    """Write `text` to a file no other submission has: `<name>.sbatch`, else `<name>-2.sbatch`, `-3`, ...
+    Created exclusively (O_EXCL), so two submissions at once never write one file, and every
+    submission's script stays beside its logs."""
+    for count in itertools.count(1):
+        script = run_dir / (f"{name}.sbatch" if count == 1 else f"{name}-{count}.sbatch")
+        try:
+            with script.open("x", encoding="utf-8") as out:
+                out.write(text)
+        except FileExistsError:
+            continue
+        return script
+    raise AssertionError("unreachable: itertools.count never ends")
 
 
 def _make_log_directory(name: str, pattern: str, job_name: str) -> None:

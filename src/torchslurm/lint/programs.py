@@ -12,11 +12,13 @@ from pathlib import PurePosixPath
 
 from torchslurm.lint.options import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, LAUNCHER_FLAGS
 from torchslurm.lint.shell import ASSIGN_RE
+from torchslurm.runtime.launch import AGENT_MODULE
 
 __all__ = ["launcher_args", "procs_per_node", "started", "unwrap"]
 
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
-_LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
+_LAUNCH_MODULES = {"torch.distributed.run": "torchrun", AGENT_MODULE: "torchrun",
+                   "torch.distributed.launch": "torch.distributed.launch",
                    "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed",
                    "multiproc": "multiproc", "apex.parallel.multiproc": "multiproc"}
 # launcher scripts run by python: gpt-neox's deepy.py (deepspeed's runner), NVIDIA's multiproc.py (a process per GPU)

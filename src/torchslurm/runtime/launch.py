@@ -13,11 +13,14 @@ torchslurm's own rank programs start: by module name, so nothing depends on thei
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import signal
 import sys
+import tempfile
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,16 +34,23 @@ from torchslurm.runtime.distenv import LAUNCHER_VARIABLE, DistEnv, detect
 logger = logging.getLogger(__name__)
 
 DEFAULT_LOCAL_NPROC = 2
+AGENT_MODULE = "torchslurm.cli.agent"
+"""What torchrun-mode job scripts run on each node (`python -m`): torchrun's agent with an end that fits
+a stop on request (docs/checkpoints.md); it takes torch.distributed.run's options."""
 # Signals the local elastic agent forwards to its workers: the usual ones plus the preemption
 # signals Slurm sends with --signal (torchrun's default list lacks USR1/USR2).
 FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
-# Each local rank starts as `python -c DIE_WITH_LAUNCHER <launcher pid> python script args`: it asks
-# the kernel for SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG = 1, man 2 prctl; kept across
-# execve), then becomes the rank. The elastic agent starts ranks in sessions of their own, so a
-# launcher killed with SIGKILL would otherwise leave them training. If the launcher died before the
-# prctl, the parent is no longer the launcher: exit at once.
+FINISHED_VARIABLE = "TORCHSLURM_FINISHED_DIR"
+"""Set by `torchslurm run` for its local ranks: a folder where each rank leaves a file once its
+training has finished (`mark_finished`), so that a signal after the end is not reported as a stop."""
+# Each local rank starts as `python -c DIE_WITH_LAUNCHER <launcher pid> <finished dir> python script
+# args`: it asks the kernel for SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG = 1, man 2 prctl;
+# kept across execve), then becomes the rank. The elastic agent starts ranks in sessions of their own,
+# so a launcher killed with SIGKILL would otherwise leave them training. If the launcher died before
+# the prctl, the parent is no longer the launcher: exit at once.
 DIE_WITH_LAUNCHER = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(1, 9, 0, 0, 0); "
-                     "os.getppid() == int(sys.argv[1]) or os._exit(137); os.execvp(sys.argv[2], sys.argv[2:])")
+                     "os.getppid() == int(sys.argv[1]) or os._exit(137); "
+                     f"os.environ['{FINISHED_VARIABLE}'] = sys.argv[2]; os.execvp(sys.argv[3], sys.argv[3:])")
 
 
 @dataclass(frozen=True)
@@ -202,21 +212,46 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
         # Like torchrun: N ranks each spawning one thread per core oversubscribe the machine.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch_plan.nproc))
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
-    entrypoint, args = launch_plan.argv[0], launch_plan.argv[1:]
-    if sys.platform == "linux":
-        entrypoint, args = sys.executable, ("-c", DIE_WITH_LAUNCHER, str(os.getpid()), *launch_plan.argv)
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=launch_plan.nproc, run_id=str(uuid.uuid4()),
         rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=max_restarts,
         monitor_interval=0.1, start_method="spawn", signals_to_handle=FORWARDED_SIGNALS,
     )
-    try:
-        elastic_launch(config, entrypoint=entrypoint)(*args)
-    except ChildFailedError as exc:
-        raise root_cause(exc) from exc
-    except SignalException as exc:
-        raise signal_error(exc.sigval) from exc
+    # the agent's handlers raise SignalException wherever this process is: theirs only while it runs
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in _forwarded()} if main else {}
+    with tempfile.TemporaryDirectory(prefix="torchslurm-run-") as finished:
+        entrypoint, args = launch_plan.argv[0], launch_plan.argv[1:]
+        if sys.platform == "linux":
+            entrypoint, args = sys.executable, ("-c", DIE_WITH_LAUNCHER, str(os.getpid()), finished,
+                                                *launch_plan.argv)
+        try:
+            elastic_launch(config, entrypoint=entrypoint)(*args)
+        except ChildFailedError as exc:
+            raise root_cause(exc) from exc
+        except SignalException as exc:
+            if len(list(Path(finished).iterdir())) < launch_plan.nproc:
+                raise signal_error(exc.sigval) from exc
+            logger.warning("%s came after every rank had finished training: nothing was left to stop or save.",
+                           exc.sigval.name)
+            return 128 + int(exc.sigval)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
     return 0
+
+
+def _forwarded() -> list[signal.Signals]:
+    return [signal.Signals[name] for name in FORWARDED_SIGNALS.split(",")]
+
+
+def mark_finished(environ: Mapping[str, str], rank: int) -> None:
+    """This rank's training has finished: say so to the `torchslurm run` that started it (nothing
+    elsewhere), so that a Ctrl-C from now on is not reported as a stop with a checkpoint to come."""
+    folder = environ.get(FINISHED_VARIABLE)
+    if folder:
+        with contextlib.suppress(OSError):  # the launcher gone: nobody to tell
+            (Path(folder) / f"rank-{rank}").touch()
 
 
 def signal_error(sig: signal.Signals) -> DistributedError:
@@ -232,10 +267,12 @@ def signal_error(sig: signal.Signals) -> DistributedError:
         f"torchslurm run received {sig.name} and passed it on to the ranks; ranks using torchslurm's "
         f"preemption save a checkpoint and exit with code {PREEMPTED_EXIT_CODE}.",
         "run the same command again to continue from the newest checkpoint (resume=auto).",
-        exit_code=_signal_exit_code(sig))
+        exit_code=signal_exit_code(sig))
 
 
-def _signal_exit_code(sig: signal.Signals) -> int:
+def signal_exit_code(sig: signal.Signals) -> int:
+    """A launcher's exit code after it passed `sig` on to its ranks: PREEMPTED_EXIT_CODE for the
+    signals that ask for a stop (SIGTERM, the warning signals), else 128 + N, as a shell reports it."""
     preempting = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
     return PREEMPTED_EXIT_CODE if sig in preempting else 128 + int(sig)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -26,19 +27,34 @@ logger = logging.getLogger(__name__)
 
 MIN_SHARE = 0.1
 """Default: a child module becomes its own sharded unit when it holds this share of the parameters."""
-_CONTAINERS = (nn.ModuleList, nn.ModuleDict)
+_CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
+_STACKS = (nn.ModuleList, nn.Sequential)
+"""The containers that hold a model's layers in order: GPT's `blocks`, nn.TransformerEncoder's and
+nn.TransformerDecoder's `layers`, ResNet's `layer1`..`layer4`, a Sequential of blocks."""
 
 
 def _count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+def _layers(module: nn.Module) -> list[nn.Module]:
+    """The layers of a stack: the children of a ModuleList or Sequential whose class comes more than
+    once among its children with parameters (the blocks, not the embedding or head beside them)."""
+    if not isinstance(module, _STACKS):
+        return []
+    children = [m for m in module.children() if _count(m) > 0]
+    classes = Counter(type(m) for m in children)
+    return [m for m in children if classes[type(m)] > 1]
+
+
 def units(model: nn.Module, wrap: Sequence[str] = (), min_share: float = MIN_SHARE) -> list[nn.Module]:
     """The modules to shard one by one before the root (pure: nothing is changed).
 
     With `wrap` (class names): every module of those classes, outermost first. Without: walking
-    down from the root, every child holding at least `min_share` of the parameters; a ModuleList or
-    ModuleDict (no forward of its own) is looked into instead of taken."""
+    down from the root, the layers of every layer stack (`_layers`) that together hold at least
+    `min_share` of the parameters, each its own unit however small; every other child holding at
+    least `min_share`. A container, or a module holding a layer stack (nn.TransformerEncoder and its
+    `layers`), is looked into instead of taken whole."""
     if wrap:
         wanted = set(wrap)
         found = [m for m in model.modules() if m is not model and type(m).__name__ in wanted]
@@ -51,16 +67,23 @@ def units(model: nn.Module, wrap: Sequence[str] = (), min_share: float = MIN_SHA
                               "fsdp_wrap empty to shard by parameter share.")
         # a module inside another chosen one is still sharded: fully_shard nests
         return found
-    threshold = min_share * _count(model)
     chosen: list[nn.Module] = []
-    todo = list(model.children())
-    while todo:
-        module = todo.pop(0)
-        if isinstance(module, _CONTAINERS):
-            todo[:0] = list(module.children())
-        elif _count(module) >= threshold and _count(module) > 0:
-            chosen.append(module)
+    _choose(model, min_share * _count(model), chosen)
     return chosen
+
+
+def _choose(parent: nn.Module, threshold: float, chosen: list[nn.Module]) -> None:
+    """Add `parent`'s units to `chosen`, in the order of its children (see `units`)."""
+    layers = _layers(parent)
+    if sum(_count(m) for m in layers) < threshold:
+        layers = []
+    for child in parent.children():
+        if any(child is layer for layer in layers):
+            chosen.append(child)
+        elif isinstance(child, _CONTAINERS) or any(_layers(grandchild) for grandchild in child.children()):
+            _choose(child, threshold, chosen)
+        elif _count(child) >= threshold and _count(child) > 0:
+            chosen.append(child)
 
 
 def mixed_precision(amp: str) -> object | None:
@@ -96,6 +119,7 @@ def shard_model(model: nn.Module, *, wrap: Sequence[str] = (), amp: str = "off",
     options = {"mesh": mesh, "reshard_after_forward": reshard_after_forward,
                **({"mp_policy": policy} if policy is not None else {})}
     chosen = units(model, wrap, min_share)
+    classes = ", ".join(sorted({type(m).__name__ for m in chosen})) or "root only"  # before fully_shard renames them
     for module in chosen:
         if activation_checkpointing:
             from torch.distributed._composable.checkpoint_activation import checkpoint
@@ -103,8 +127,9 @@ def shard_model(model: nn.Module, *, wrap: Sequence[str] = (), amp: str = "off",
             checkpoint(module)
         fully_shard(module, **options)  # type: ignore[call-overload]
     fully_shard(model, **options)  # type: ignore[call-overload]
-    logger.info("FSDP: %d sharded unit%s + root over %d ranks (%s)", len(chosen), "s" if len(chosen) != 1 else "",
-                dist.get_world_size(), ", ".join(sorted({type(m).__name__ for m in chosen})) or "root only")
+    if dist.get_rank() == 0:  # the same on every rank: said once
+        logger.info("FSDP: %d sharded unit%s + root over %d ranks (%s)", len(chosen),
+                    "s" if len(chosen) != 1 else "", dist.get_world_size(), classes)
     return model
 
 

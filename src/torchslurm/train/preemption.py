@@ -17,7 +17,7 @@
 3. The Trainer then checkpoints (rank 0 writes, every rank waits) and returns.
 4. `finish()`: rank 0 runs `scontrol requeue` (JOBID_TASKID for array tasks) unless
    SLURM_RESTART_COUNT has reached max_requeues; after a barrier every rank gets
-   PREEMPTED_EXIT_CODE.
+   PREEMPTED_EXIT_CODE, and ignores SIGTERM from then on (the requeue's).
 
 Ctrl-C (SIGINT) is a request to stop too: at the next step boundary, after a checkpoint, with
 INTERRUPTED_EXIT_CODE (130) and no traceback and no requeue. Its handler gives SIGINT back to the
@@ -28,11 +28,8 @@ Requeue follows the warning signal and the deadline only. SIGTERM means scancel 
 the job gone), the time limit itself (too late) or Slurm's own preemption (Slurm requeues by
 itself): the ranks checkpoint inside KillWait and exit, but do not requeue.
 
-Why USR2: on torch 2.13 (CPU wheel) neither `import torch` nor a Gloo process group installs a
-handler for USR1 or USR2 (measured: /proc/self/status SigCgt shows only SIGINT). c10's
-FatalSignalHandler uses SIGUSR2 for its stack dumps, but only after
-`torch._C._set_print_stack_traces_on_fatal_signal(True)` (torch's own test harness), and
-submitit/Lightning report USR1 clashes with NCCL; USR2 is the choice with no known user.
+Why USR2 (docs/slurm.md): neither torch nor a Gloo group installs a handler for it (/proc/self/status
+SigCgt), c10's FatalSignalHandler only on request, and USR1 clashes with NCCL.
 """
 
 from __future__ import annotations
@@ -51,6 +48,7 @@ from torchslurm.errors import ConfigError, SlurmError, below_minimum, not_one_of
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from torchslurm.jobs.slurm import SlurmClient, run_command_status
 from torchslurm.jobs.spec import SIGNALS
+from torchslurm.runtime.launch import mark_finished
 from torchslurm.train.badnodes import DEFAULT_MAX_EXCLUDED_NODES, NodeFault
 from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue, requeue_excluding, slurm_client
 
@@ -244,6 +242,8 @@ class Preemption:
         self.uninstall()
         if exc_type is None:
             self._agreed()  # after an error the peers may be gone: leave it
+            if not self.request.stop:  # the run is done: a signal from now on stops nothing
+                mark_finished(self.environ, _rank())
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._received.add(signum)  # only record it: the step boundary does the rest
@@ -279,7 +279,8 @@ class Preemption:
         self._next_check = self._steps + self._every
         if agreed.stop:
             self.request = agreed | self._agreed()[0]  # every rank started `latest`: collect it too
-            logger.info("stopping at this step boundary: %s", self.request.describe(self.config))
+            if _rank() == 0:  # every rank agreed on the same request: said once
+                logger.info("stopping at this step boundary: %s", self.request.describe(self.config))
         return self.request.stop
 
     def _proposed_interval(self) -> int:
@@ -309,6 +310,11 @@ class Preemption:
             except SlurmError as exc:
                 logger.error("%s", exc)
         _barrier()
+        # on its way out: the requeue's SIGTERM must not cut the teardown short (srun: `Terminated`, not 75)
+        if signal.SIGTERM in self._previous:  # handlers installed: uninstall() puts this one in place
+            self._previous[signal.SIGTERM] = signal.SIG_IGN
+        elif threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return INTERRUPTED_EXIT_CODE if self.request.interrupt else PREEMPTED_EXIT_CODE
 
     def requeue_after_failure(self) -> None:

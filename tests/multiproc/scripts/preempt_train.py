@@ -12,7 +12,8 @@ key=value arguments (all optional but run_dir):
   step_sleep=S        — sleep S seconds per step (gives tests time to act mid-training);
   requeued_step_sleep=S — the same in a run after a Slurm requeue (SLURM_RESTART_COUNT > 0), step_sleep
                         unless given: 0 where the test has done its part by then, so the rest runs at full speed;
-  timeout_s=S         — the process group timeout (torchslurm.init), the bound on a hang.
+  timeout_s=S         — the process group timeout (torchslurm.init), the bound on a hang;
+  linger_s=S          — after an uninterrupted finish (and final.pt), stay S seconds (a Ctrl-C then: exit 130).
 A peer failure ends every rank with one root-cause message (torchslurm.train.watchdog); then
 local rank 0 of each node requeues the job (within TORCHSLURM_MAX_REQUEUES; under torchrun only
 once the agents have no restarts left: until then they restart the workers, which resume).
@@ -35,6 +36,7 @@ from torch import nn
 
 import torchslurm
 from torchslurm.errors import TorchSlurmError
+from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE
 from torchslurm.jobs.slurm import run_command_status
 from torchslurm.train import data, preemption, requeue, watchdog
 from torchslurm.train.trainer import TrainConfig, Trainer
@@ -107,8 +109,15 @@ def train(args: dict[str, str]) -> int:
             if result.stopped_early:
                 print(f"rank {ctx.rank}: stopped at step {result.global_step}\n", end="", flush=True)
                 return stop.finish()
+        linger_s = float(args.get("linger_s", 0))
+        if linger_s:
+            torch.distributed.barrier()  # every rank is past its training before final.pt says it is done
         if ctx.is_main:
             torch.save(model.state_dict(), run_dir / "final.pt")
+        try:
+            time.sleep(linger_s)
+        except KeyboardInterrupt:
+            return INTERRUPTED_EXIT_CODE
         return 0
 
 

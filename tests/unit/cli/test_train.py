@@ -63,3 +63,34 @@ def test_a_rank_whose_checkpoint_cannot_be_written_exits_1_not_2(monkeypatch: py
     assert "error: the checkpoint of step 3 could not be written to disk (it is full)" in capsys.readouterr().err
     monkeypatch.setattr(train, "from_arguments", lambda args: from_arguments(parse(["epochs=0"])))
     assert train.rank_main([]) == 2  # a setting refused: the usage code, as before
+
+
+def test_settings_go_anywhere_on_the_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """key=value before, between and after the flags; the later of two wins, as on one line."""
+    from torchslurm.cli import main
+
+    assert main(["train", "dataset=text", "epochs=9", "--nproc", "2", "epochs=4", "--dry-run", "seed=3"]) == 0
+    first, _, launch = capsys.readouterr().out.splitlines()
+    assert "dataset=text model=gpt " in first and " epochs=4 " in first and " seed=3 " in first, first
+    assert launch.endswith("-m torchslurm.cli.train dataset=text epochs=9 epochs=4 seed=3"), launch
+
+
+def test_an_unknown_key_after_a_flag_and_an_unknown_flag_get_did_you_mean(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from torchslurm.cli import main
+
+    assert main(["train", "--nproc", "2", "--dry-run", "epoch=4"]) == 2
+    assert "unknown key(s) in key=value: epoch. HINT: did you mean epoch -> epochs?" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "dataset=text", "--nproc", "2", "--epoch", "4", "lr=0.1"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith(  # the setting is not among the unknown
+        "error: torchslurm train: unrecognized arguments: --epoch 4. HINT: did you mean --epoch -> --epochs? "
+        "`torchslurm train --help` lists the options.")
+
+
+def test_a_rank_reads_settings_anywhere_too() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    _, cfg = from_arguments(parser.parse_intermixed_args(["lr=0.2", "--epochs", "3", "batch_size=8"]))
+    assert (cfg.lr, cfg.epochs, cfg.batch_size) == (0.2, 3, 8)

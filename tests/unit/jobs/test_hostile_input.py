@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.sbatch import directives, render, sbatch_split
 from torchslurm.jobs.spec import JobSpec
+from torchslurm.runtime.launch import AGENT_MODULE
 
 NASTY = ["a", "b", " ", "  ", "'", '"', "$(touch pwned)", "`touch pwned`", "; touch pwned", "&& touch pwned",
          "|", "\\", "#", "*", "~", "$HOME", "${PATH}", "%x", "\t", "\v", "\x1e", "é", "{a,b}", ">pwned", "!", "-",
@@ -89,7 +90,7 @@ def _values(kwargs: dict[str, object]) -> list[str]:
 
 
 def expected_argv(spec: JobSpec) -> list[str]:
-    argv = ["--kill-on-bad-exit=1"]
+    argv = ["--quiet", "--kill-on-bad-exit=1"]
     if spec.per_rank_output:
         stem = spec.output[:-4] if spec.output.endswith(".out") else spec.output
         argv.append(f"--output={stem}-rank%t.out")
@@ -101,7 +102,7 @@ def expected_argv(spec: JobSpec) -> list[str]:
     if spec.preemptible and spec.signal != "TERM":
         argv += ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchrun-agent"]
     port = 10000 + int(SECRET[:8], 16) % 22768
-    return [*argv, spec.python, "-m", "torch.distributed.run", "--nproc-per-node=2", "--rdzv-backend=c10d",
+    return [*argv, spec.python, "-m", AGENT_MODULE, "--nproc-per-node=2", "--rdzv-backend=c10d",
             "--nnodes=2", f"--rdzv-endpoint=node1:{port}", "--rdzv-id=42", spec.script, *spec.args]
 
 

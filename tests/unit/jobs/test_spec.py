@@ -77,7 +77,7 @@ def test_load_yaml_flags_win(tmp_path: Path) -> None:
     path.write_text("script: train.py\nnodes: 2\ngpus-per-node: 4\ntime: 90\nargs: [--epochs, '3']\n")
     spec = load(path, {"nodes": 4, "name": None})
     assert (spec.nodes, spec.gpus_per_node, spec.time, spec.args, spec.name) == (
-        4, 4, "90", ("--epochs", "3"), "torchslurm")
+        4, 4, "90", ("--epochs", "3"), "train")  # no name: the script's
 
 
 def test_load_toml(tmp_path: Path) -> None:

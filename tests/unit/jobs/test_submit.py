@@ -18,6 +18,7 @@ from torchslurm.jobs.submit import (
     filter_rank,
     log_dirs,
     missing_log_dirs,
+    new_script,
     prepare,
     script_missing,
     submit,
@@ -97,6 +98,28 @@ def test_submit_writes_the_script_and_sbatches_it(tmp_path: Path, monkeypatch: p
     assert (job.id, job.script) == ("42", tmp_path / "torchslurm-runs" / "exp" / "exp.sbatch")
     assert job.spec is not None and job.spec.output == f"{tmp_path}/torchslurm-runs/exp/%x-%j.out"
     assert run.calls[-1] == ["sbatch", "--parsable", str(job.script)]
+
+
+def test_an_unnamed_job_is_named_after_its_script_and_each_submission_writes_its_own_script(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "finetune.py").write_text("")
+    run = FakeRun({"sbatch": (0, "42\n", "")})
+    first, second = (submit(JobSpec(script="finetune.py"), client=SlurmClient(run=run)) for _ in range(2))
+    folder = tmp_path / "torchslurm-runs" / "finetune"
+    assert (first.script, second.script) == (folder / "finetune.sbatch", folder / "finetune-2.sbatch")
+    assert [call[-1] for call in run.calls if call[0] == "sbatch"] == [str(first.script), str(second.script)]
+    assert "#SBATCH --job-name=finetune\n" in second.script.read_text()
+    assert JobSpec(script="pkg/").name == "pkg" and JobSpec(script="a.py", name="mine").name == "mine"
+
+
+def test_a_script_file_is_never_written_twice(tmp_path: Path) -> None:
+    """Exclusive creation: a name taken meanwhile (another submission) moves on to the next one."""
+    (tmp_path / "exp-2.sbatch").write_text("someone else's")
+    made = [new_script(tmp_path, "exp", f"#{n}") for n in range(3)]
+    assert [p.name for p in made] == ["exp.sbatch", "exp-3.sbatch", "exp-4.sbatch"]
+    assert (tmp_path / "exp-2.sbatch").read_text() == "someone else's"
+    assert [p.read_text() for p in made] == ["#0", "#1", "#2"]
 
 
 def test_submit_refuses_a_job_no_node_of_the_partition_can_hold(tmp_path: Path,

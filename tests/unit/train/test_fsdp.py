@@ -20,6 +20,39 @@ def test_units_by_share_look_into_module_lists() -> None:
     assert model.ln_f not in chosen and model.pos not in chosen
 
 
+class Tagger(nn.Module):
+    """Token embedding, torch's own nn.TransformerEncoder of `layers` layers, a small head."""
+
+    def __init__(self, layers: int = 3) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(128, 32)
+        layer = nn.TransformerEncoderLayer(32, 2, 64, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, norm=nn.LayerNorm(32), enable_nested_tensor=False)
+        self.head = nn.Linear(32, 5)
+
+
+def test_a_transformer_encoder_is_sharded_per_layer_without_fsdp_wrap() -> None:
+    """Its `layers` ModuleList is looked into, so every layer is a unit however small its share (12
+    layers: 7 % each) and the encoder's final norm goes with the root."""
+    model = Tagger(layers=12)
+    chosen = fsdp.units(model)
+    assert chosen == list(model.encoder.layers)
+    small = Tagger(layers=3)
+    assert fsdp.units(small) == [small.embed, *small.encoder.layers]  # the embedding holds 10 % or more
+    whole = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=2, num_decoder_layers=3, dim_feedforward=32,
+                           batch_first=True)
+    assert [type(m).__name__ for m in fsdp.units(whole)] == ["TransformerEncoderLayer"] * 2 + [
+        "TransformerDecoderLayer"] * 3
+
+
+def test_a_sequential_of_blocks_is_sharded_per_block() -> None:
+    blocks = [nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(20)]  # 5 % each
+    model = nn.Sequential(nn.Embedding(400, 16), *blocks, nn.LayerNorm(16), nn.Linear(16, 400))
+    assert fsdp.units(model) == [model[0], *blocks, model[-1]]
+    tiny = nn.Sequential(nn.Linear(400, 400), nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
+    assert fsdp.units(tiny) == [tiny[0]]  # a stack far below the share: left to the root
+
+
 def test_units_by_class_name_and_an_unknown_name() -> None:
     model = GPT(layers=2, dim=32, heads=2)
     assert fsdp.units(model, ["Block"]) == list(model.blocks)

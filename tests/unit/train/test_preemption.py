@@ -6,13 +6,16 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from tests.unit.train.conftest import Recorder
 
 from torchslurm.errors import ConfigError
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE
+from torchslurm.runtime.launch import FINISHED_VARIABLE
 from torchslurm.train.preemption import (
     MAX_CHECK_EVERY,
     PREEMPTED_EXIT_CODE,
@@ -22,6 +25,14 @@ from torchslurm.train.preemption import (
     check_interval,
     preemption_config,
 )
+
+
+@pytest.fixture(autouse=True)
+def sigterm_kept() -> Iterator[None]:
+    """finish() leaves SIGTERM ignored (a rank on its way out): this process gets its own back."""
+    before = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, before)
 
 
 def test_config_from_environ_and_validation() -> None:
@@ -138,6 +149,38 @@ def test_sigterm_stops_without_requeue() -> None:
         assert stop.should_stop()
     assert stop.finish(rank=0) == PREEMPTED_EXIT_CODE
     assert runner.calls == []
+
+
+def test_after_finish_the_requeue_s_sigterm_no_longer_ends_the_rank() -> None:
+    """finish() within the handlers' block (the Trainer) and after it (a loop of your own)."""
+    for inside in (True, False):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        stop = Preemption(PreemptionConfig(), environ={"SLURM_JOB_ID": "8"}, run=Recorder())
+        with stop:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert stop.should_stop()
+            if inside:
+                stop.finish(rank=0)
+        if not inside:
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            stop.finish(rank=0)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, inside
+
+
+def test_a_run_that_ends_without_a_stop_tells_the_launcher_it_finished(tmp_path: Path) -> None:
+    """`torchslurm run` gives its ranks a folder (FINISHED_VARIABLE): a Ctrl-C after every rank left its
+    file there is no stop to announce. A stopped run leaves none; nothing is written without the folder."""
+    environ = {FINISHED_VARIABLE: str(tmp_path)}
+    with Preemption(PreemptionConfig(), environ=environ):
+        pass
+    assert [p.name for p in tmp_path.iterdir()] == ["rank-0"]
+    (tmp_path / "rank-0").unlink()
+    with Preemption(PreemptionConfig(), environ=environ) as stop:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert stop.should_stop()
+    with Preemption(PreemptionConfig(), environ={}):
+        pass
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_deadline_stops_and_requeues_with_check_every() -> None:
