@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from torchslurm.errors import CheckpointError
 from torchslurm.train import checkpoint
 from torchslurm.train.checkpoint import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.checkpointer import layout_changes
@@ -120,3 +121,19 @@ def test_layout_changes_name_what_moved_the_position_in_the_epoch() -> None:
         "world_size was 4, now 2, batch_size was 64, now 32"
     old = {"world_size": 1, "config": {"batch_size": 64, "seed": 0}}  # a checkpoint from before grad_accum_steps
     assert layout_changes(old, {"world_size": 1, "grad_accum_steps": 1}) == "grad_accum_steps was unset, now 1"
+
+
+def test_resuming_with_another_model_keeps_the_mismatchs_own_message_and_hint(tmp_path: Path) -> None:
+    """Not the wrapper's file-system hint, and no chained traceback: every rank says the same."""
+    _checkpointer(tmp_path).save(_progress(7))
+    torch.manual_seed(0)
+    wider = nn.Linear(4, 2)
+    resumer = Checkpointer(tmp_path, wider, torch.optim.SGD(wider.parameters(), lr=0.1), rank=0, world_size=1,
+                           keep_last=2, config=ORDER, order=ORDER)
+    with pytest.raises(CheckpointError) as caught:
+        resumer.restore("auto")
+    error = caught.value
+    assert str(error).startswith(f"rank 0: checkpoint {tmp_path / 'step-000000007'} was saved from another model")
+    assert error.hint is not None and error.hint.startswith("resume with the model and optimizer it was trained with")
+    assert "filesystem every node sees" not in str(error)
+    assert error.__cause__ is None and error.__suppress_context__
