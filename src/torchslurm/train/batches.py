@@ -97,7 +97,10 @@ def describe(batch: Any) -> str:
         inner = ", ".join(f"{key}={describe(value)}" for key, value in list(batch.items())[:8])
         return f"{type(batch).__name__}({inner}{', …' if len(batch) > 8 else ''})"
     if isinstance(batch, tuple | list):
-        inner = ", ".join(describe(value) for value in list(batch)[:8])
-        more = ", …" if len(batch) > 8 else ""
-        return f"({inner}{more})" if type(batch) is tuple else f"{type(batch).__name__}[{inner}{more}]"
+        parts = [describe(value) for value in batch]
+        if len(parts) > 2 and len(set(parts)) == 1:  # 32 strings: [str × 32]
+            inner = f"{parts[0]} × {len(parts)}"
+        else:
+            inner = ", ".join(parts[:8]) + (", …" if len(parts) > 8 else "")
+        return f"({inner})" if isinstance(batch, tuple) else f"[{inner}]"
     return type(batch).__name__

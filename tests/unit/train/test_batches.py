@@ -69,6 +69,7 @@ def test_samples_is_the_length_of_the_first_tensor() -> None:
 
 def test_describe_shows_the_structure_a_message_names() -> None:
     assert describe((torch.ones(32, 10), torch.ones(32), torch.ones(32))) == "(Tensor[32, 10], Tensor[32], Tensor[32])"
-    assert describe({"input_ids": torch.ones(8, 4, dtype=torch.long), "text": ["a"]}) == \
-        "dict(input_ids=Tensor[8, 4], text=list[str])"
+    assert describe([torch.ones(32, 10), torch.ones(32), torch.ones(32)]) == "[Tensor[32, 10], Tensor[32], Tensor[32]]"
+    assert describe({"input_ids": torch.ones(8, 4, dtype=torch.long), "text": ["a"] * 8}) == \
+        "dict(input_ids=Tensor[8, 4], text=[str × 8])"
     assert describe(Plain()) == "Plain"

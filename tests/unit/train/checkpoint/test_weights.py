@@ -67,7 +67,7 @@ def test_another_model_is_refused_strictly_and_loads_what_matches_otherwise() ->
 
 
 def test_export_writes_one_plain_state_dict_file(tmp_path: Path) -> None:
-    folder, step, weights = export(FIXTURES / "format2-shards", tmp_path / "out" / "model.pt")
+    folder, step, _ = export(FIXTURES / "format2-shards", tmp_path / "out" / "model.pt")
     plain = torch.load(tmp_path / "out" / "model.pt", weights_only=True)
     assert sorted(plain) == ["bias", "weight"] and step == 2 and folder.name == "step-000000002"
     assert plain["weight"].tolist() == _expected("format2-shards")["weight"]
@@ -81,5 +81,5 @@ def test_a_path_without_a_checkpoint_says_what_to_pass(tmp_path: Path) -> None:
         load_model(nn.Linear(3, 2), tmp_path / "nowhere")
     (tmp_path / "checkpoints").mkdir()
     assert complete(tmp_path / "checkpoints") == []
-    with pytest.raises(CheckpointError, match=r"holds no complete checkpoint \(no step-N folder with a COMPLETE marker"):
+    with pytest.raises(CheckpointError, match=r"holds no complete checkpoint \(no step-N folder with a COMPLETE "):
         load_model(nn.Linear(3, 2), tmp_path)
