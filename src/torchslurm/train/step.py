@@ -120,11 +120,13 @@ class Stepper:
         loss_fn = self._need_loss_fn("(input, target) batches")
         with user_code(self.rank, "the model's forward"):
             output = model(inputs)
-        if evaluating:
+        if evaluating and isinstance(output, torch.Tensor):
             output = output.float()
         with user_code(self.rank, "loss_fn"):
             loss = loss_fn(output, target)
-        return Forward(loss, self.task.count(target), output, target)
+        if isinstance(output, torch.Tensor) and isinstance(target, torch.Tensor):
+            return Forward(loss, self.task.count(target), output, target)
+        return Forward(loss, samples((inputs, target)))  # e.g. a model of several outputs: no task sums of them
 
     def _dict_step(self, model: nn.Module, batch: Mapping[str, Any], evaluating: bool) -> Forward:
         kwargs = self._arguments(model, batch)

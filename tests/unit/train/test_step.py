@@ -158,3 +158,20 @@ def test_amp_bf16_runs_the_step_under_autocast() -> None:
     with torch.no_grad():
         stepper.forward(LogitsOnly(), (X, Y), evaluating=True)
     assert dtypes == [torch.bfloat16, torch.float32]  # evaluation casts the logits to float32 first
+
+
+def test_a_pair_whose_model_gives_several_outputs_counts_samples() -> None:
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.linear(x), self.linear(x).sum(dim=1)
+
+    def loss_fn(outputs: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+        return cross_entropy(outputs[0], target) + outputs[1].pow(2).mean()
+
+    with torch.no_grad():
+        found = _stepper(loss_fn).forward(TwoHeads(), (X, Y), evaluating=True)
+    assert found.n == 6 and _stepper().sums(found).tolist() == [found.loss.item() * 6, 0.0, 6.0]
