@@ -103,18 +103,35 @@ def _example(name: str) -> Any:
     return module
 
 
-def test_own_model_trains_under_ddp_and_fsdp_and_its_weights_come_back_out(tmp_path: Path) -> None:
+def _two_ranks(argv: list[str], port: int, cwd: Path) -> list[tuple[int, str, str]]:
+    """`argv` as 2 ranks started the way srun starts them (no agent: one torch import less per run);
+    each rank's (exit code, stdout, stderr)."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                              env=clean_environ(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                                                LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                                OMP_NUM_THREADS="1"))
+             for rank in range(2)]
+    try:
+        outputs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+
+
+def test_own_model_trains_under_ddp_and_fsdp_and_its_weights_come_back_out(tmp_path: Path,
+                                                                           free_port: Callable[[], int]) -> None:
     """The Hugging-Face-style example (dict batches, its own step and collate) for a few steps on 2 ranks
     with each strategy; then the DDP checkpoint (tensors.pt) and the FSDP one (shards written by both
     ranks) load into a plain model in this one process, and `torchslurm export` writes the same weights."""
     runs = {}
     for strategy in ("ddp", "fsdp"):
         runs[strategy] = tmp_path / strategy
-        result = _run(sys.executable, "-m", "torchslurm", "run", "--nproc", "2", str(EXAMPLES / "own_model.py"),
-                      "--text-bytes", "3000", "epochs=1", "batch_size=8", "log_every=0", f"strategy={strategy}",
-                      f"run_dir={runs[strategy]}", cwd=tmp_path)
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-        assert "validation loss" in result.stdout and "Perplexity" in result.stderr, result.stdout[-2000:]
+        ranks = _two_ranks([sys.executable, str(EXAMPLES / "own_model.py"), "--text-bytes", "3000", "epochs=1",
+                            "batch_size=8", "log_every=0", f"strategy={strategy}", f"run_dir={runs[strategy]}"],
+                           free_port(), tmp_path)
+        assert [code for code, _, _ in ranks] == [0, 0], [err[-3000:] for _, _, err in ranks]
+        assert "validation loss" in ranks[0][1] and "Perplexity" in ranks[0][2], ranks[0][1][-2000:]
     (_, ddp_step), (_, fsdp_step) = (checkpoint.complete(runs[s] / "checkpoints")[-1] for s in ("ddp", "fsdp"))
     assert (ddp_step / "tensors.pt").is_file() and sorted(p.name for p in (fsdp_step / "shards").iterdir()) == [
         ".metadata", "__0_0.distcp", "__1_0.distcp"]
@@ -135,23 +152,13 @@ def test_a_shape_bug_in_the_loss_on_every_rank_is_reported_as_the_users_error(tm
     """Not as "a collective failed while every rank still has a heartbeat" with a hint about networks."""
     script = Path(__file__).parent / "scripts" / "user_bug.py"
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "# the bug" in text)
-    port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "run")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=clean_environ(
-                                  RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
-                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1"))
-             for rank in range(2)]
-    try:
-        errors = [p.communicate(timeout=120)[1] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for rank, error in enumerate(errors):
+    ranks = _two_ranks([sys.executable, str(script), str(tmp_path / "run")], free_port(), tmp_path)
+    for rank, (code, _, error) in enumerate(ranks):
         assert f"UserCodeError: rank {rank}: loss_fn raised RuntimeError at {script}:{line} (in loss_fn): The size " \
                "of tensor a (8) must match the size of tensor b (3)" in error, error[-3000:]
         assert "not a distributed failure" in error
         assert "DistributedError" not in error and "collective failed" not in error, error[-3000:]
-    assert [p.returncode for p in procs] == [1, 1]
+        assert code == 1
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is installed")
