@@ -14,16 +14,17 @@ if TYPE_CHECKING:
     from torchslurm.jobs.spec import JobSpec
     from torchslurm.jobs.submit import Job, submit
     from torchslurm.runtime.distributed import DistContext, init, shutdown
+    from torchslurm.train.checkpoint.weights import load_model
     from torchslurm.train.trainer import TrainConfig, Trainer, seed_everything
 
-__all__ = ["DistContext", "Job", "JobSpec", "TrainConfig", "Trainer", "__version__", "init", "seed_everything",
-           "shutdown", "submit"]
+__all__ = ["DistContext", "Job", "JobSpec", "TrainConfig", "Trainer", "__version__", "init", "load_model",
+           "seed_everything", "shutdown", "submit"]
 
 _LAZY = {"init": "torchslurm.runtime.distributed", "shutdown": "torchslurm.runtime.distributed",
          "DistContext": "torchslurm.runtime.distributed",
          "submit": "torchslurm.jobs.submit", "Job": "torchslurm.jobs.submit", "JobSpec": "torchslurm.jobs.spec",
          "Trainer": "torchslurm.train.trainer", "TrainConfig": "torchslurm.train.config",
-         "seed_everything": "torchslurm.train.trainer"}
+         "seed_everything": "torchslurm.train.trainer", "load_model": "torchslurm.train.checkpoint.weights"}
 
 
 def __getattr__(name: str) -> Any:

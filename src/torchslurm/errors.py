@@ -87,3 +87,11 @@ class CheckpointError(TorchSlurmError):
 
 class DistributedError(TorchSlurmError):
     """torch.distributed could not be set up or a peer failed."""
+
+
+class UserCodeError(TorchSlurmError):
+    """The code a user gave the Trainer (model, loss_fn, step) raised on a rank: their bug, not a
+    distributed failure (train.usercode). Exit code 1, as a failed rank."""
+
+    def __init__(self, message: str, hint: str | None = None, *, exit_code: int = 1) -> None:
+        super().__init__(message, hint, exit_code=exit_code)

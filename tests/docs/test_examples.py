@@ -4,7 +4,9 @@ output. A block whose first line is `# illustrative: why` is skipped on purpose 
 cluster, root, or minutes of CPU), and must say why.
 
 Sybil finds the blocks; each page runs in one fresh folder, blocks in order, so a `yaml` block
-whose first line names a file (`# job.yaml ...`) is written there for the shell blocks after it.
+whose first line names a file (`# job.yaml ...`) is written there for the shell blocks after it; so
+is a `python` block whose first line names a file (`# train.py ...`): saved, not run, for the blocks
+after it to run (`python train.py`) or import.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 ILLUSTRATIVE = re.compile(r"^# illustrative: \S")
 FILE_NAME = re.compile(r"^# ([\w.-]+\.(?:yaml|yml|toml))\b")
+PYTHON_FILE = re.compile(r"^# ([\w-]+\.py)\b")
 TIMEOUT_S = 120
 
 
@@ -63,6 +66,9 @@ def run_shell(example: Example) -> None:
 def run_python(example: Example) -> None:
     code = str(example.parsed)
     if _illustrative(code):
+        return
+    if named := PYTHON_FILE.match(code):
+        (_cwd(example) / named.group(1)).write_text(code)
         return
     script = _cwd(example) / f"block_{example.line}.py"
     script.write_text(code)

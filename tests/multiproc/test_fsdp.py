@@ -187,8 +187,7 @@ def _scaled_step(trainer: Any, batch: Any, inf: bool) -> dict[str, Any]:
     when `inf`: did the parameters change, and the scale after the step."""
     import torch
 
-    inputs, targets = batch
-    trainer._micro_step(inputs, targets, 1, True)
+    trainer._micro_step(batch, 1, True)
     if inf:
         grad = next(p.grad.to_local() for p in trainer.model.parameters() if p.grad.to_local().numel())
         grad.view(-1)[0] = float("inf")

@@ -8,12 +8,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from tests.multiproc.conftest import clean_environ
 
+import torchslurm
+from torchslurm.cli import main
 from torchslurm.train import checkpoint, data
 
 pytestmark = pytest.mark.multiproc
@@ -88,6 +93,72 @@ def test_an_example_stops_on_the_preemption_signal_and_the_same_command_resumes(
     resumed = _run(*command, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from" in resumed.stdout + resumed.stderr and "final validation accuracy" in resumed.stdout
+
+
+def _example(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _two_ranks(argv: list[str], port: int, cwd: Path) -> list[tuple[int, str, str]]:
+    """`argv` as 2 ranks started the way srun starts them (no agent: one torch import less per run);
+    each rank's (exit code, stdout, stderr)."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                              env=clean_environ(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                                                LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                                OMP_NUM_THREADS="1"))
+             for rank in range(2)]
+    try:
+        outputs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+
+
+def test_own_model_trains_under_ddp_and_fsdp_and_its_weights_come_back_out(tmp_path: Path,
+                                                                           free_port: Callable[[], int]) -> None:
+    """The Hugging-Face-style example (dict batches, its own step and collate) for a few steps on 2 ranks
+    with each strategy; then the DDP checkpoint (tensors.pt) and the FSDP one (shards written by both
+    ranks) load into a plain model in this one process, and `torchslurm export` writes the same weights."""
+    runs = {}
+    for strategy in ("ddp", "fsdp"):
+        runs[strategy] = tmp_path / strategy
+        ranks = _two_ranks([sys.executable, str(EXAMPLES / "own_model.py"), "--text-bytes", "3000", "epochs=1",
+                            "batch_size=8", "log_every=0", f"strategy={strategy}", f"run_dir={runs[strategy]}"],
+                           free_port(), tmp_path)
+        assert [code for code, _, _ in ranks] == [0, 0], [err[-3000:] for _, _, err in ranks]
+        assert "validation loss" in ranks[0][1] and "Perplexity" in ranks[0][2], ranks[0][1][-2000:]
+    (_, ddp_step), (_, fsdp_step) = (checkpoint.complete(runs[s] / "checkpoints")[-1] for s in ("ddp", "fsdp"))
+    assert (ddp_step / "tensors.pt").is_file() and sorted(p.name for p in (fsdp_step / "shards").iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp"]
+    example = _example("own_model")
+    models = {strategy: example.TinyCausalLM() for strategy in runs}
+    for strategy, model in models.items():
+        loaded = torchslurm.load_model(model, runs[strategy])
+        assert loaded.folder == {"ddp": ddp_step, "fsdp": fsdp_step}[strategy] and loaded.step > 0
+    ddp_weights, fsdp_weights = models["ddp"].state_dict(), models["fsdp"].state_dict()
+    assert all(torch.allclose(ddp_weights[k], fsdp_weights[k], atol=1e-5) for k in ddp_weights)  # one training
+    assert main(["export", str(runs["fsdp"]), str(tmp_path / "model.pt")]) == 0
+    exported = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert exported.keys() == fsdp_weights.keys() and all(torch.equal(exported[k], fsdp_weights[k]) for k in exported)
+
+
+def test_a_shape_bug_in_the_loss_on_every_rank_is_reported_as_the_users_error(tmp_path: Path,
+                                                                            free_port: Callable[[], int]) -> None:
+    """Not as "a collective failed while every rank still has a heartbeat" with a hint about networks."""
+    script = Path(__file__).parent / "scripts" / "user_bug.py"
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "# the bug" in text)
+    ranks = _two_ranks([sys.executable, str(script), str(tmp_path / "run")], free_port(), tmp_path)
+    for rank, (code, _, error) in enumerate(ranks):
+        assert f"UserCodeError: rank {rank}: loss_fn raised RuntimeError at {script}:{line} (in loss_fn): The size " \
+               "of tensor a (8) must match the size of tensor b (3)" in error, error[-3000:]
+        assert "not a distributed failure" in error
+        assert "DistributedError" not in error and "collective failed" not in error, error[-3000:]
+        assert code == 1
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is installed")

@@ -19,7 +19,8 @@ TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "
                  "torchslurm.train.strategy", "torchslurm.train.tasks", "torchslurm.train.text",
                  "torchslurm.train.checkpoint.hashed", "torchslurm.train.checkpoint.reading",
                  "torchslurm.train.checkpoint.state", "torchslurm.train.checkpoint.writer",
-                 "torchslurm.train.checkpoint.checkpointer",
+                 "torchslurm.train.checkpoint.checkpointer", "torchslurm.train.checkpoint.weights",
+                 "torchslurm.train.batches", "torchslurm.train.step",
                  "torchslurm.doctor.bench"}
 TORCH_FREE_MODULES = sorted(
     name for name in (".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")

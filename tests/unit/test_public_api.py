@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import pydoc
 import re
 import subprocess
 from collections.abc import Callable
@@ -22,12 +23,13 @@ def test_every_public_name_resolves_to_the_object_of_its_family_module() -> None
     from torchslurm.jobs.spec import JobSpec
     from torchslurm.jobs.submit import Job, submit
     from torchslurm.runtime.distributed import DistContext, init, shutdown
+    from torchslurm.train.checkpoint.weights import load_model
     from torchslurm.train.config import TrainConfig
     from torchslurm.train.trainer import Trainer, seed_everything
 
     expected = {"init": init, "shutdown": shutdown, "DistContext": DistContext, "submit": submit, "Job": Job,
                 "JobSpec": JobSpec, "Trainer": Trainer, "TrainConfig": TrainConfig,
-                "seed_everything": seed_everything}
+                "seed_everything": seed_everything, "load_model": load_model}
     assert set(torchslurm.__all__) == {*expected, "__version__"}
     for name, obj in expected.items():
         assert getattr(torchslurm, name) is obj, name
@@ -86,3 +88,11 @@ def test_names_users_import_from_modules_still_resolve(module: str) -> None:
     missing = sorted(name for name in names if not hasattr(loaded, name)
                      and importlib.util.find_spec(f"{module}.{name}") is None)
     assert not missing, f"{module} no longer has {missing}"
+
+
+def test_help_of_the_public_api_never_prints_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No live mapping (os.environ) as a default in a public signature: help() would print it whole."""
+    monkeypatch.setenv("TORCHSLURM_TEST_SECRET", "value-that-help-must-not-show")
+    for name in torchslurm.__all__:
+        if name != "__version__":
+            assert "value-that-help-must-not-show" not in pydoc.render_doc(getattr(torchslurm, name)), name

@@ -7,11 +7,12 @@ key is spelled exactly like the dataclass field.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -26,6 +27,26 @@ STRATEGIES = ("ddp", "fsdp")
 HANG_ACTIONS = ("exit", "wait", "off")
 
 
+_C = TypeVar("_C")
+
+
+def _known_keywords(cls: type[_C]) -> type[_C]:
+    """A dataclass whose constructor answers an unknown keyword (TrainConfig(epoch=2)) as the CLI and
+    config files do, with the closest field, instead of a bare TypeError."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        valid = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        if unknown := sorted(set(kwargs) - set(valid)):
+            raise unknown_keys_error(f"{cls.__name__}(...)", unknown, valid)
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", checked)  # noqa: B010 (a method assigned on a class)
+    return cls
+
+
+@_known_keywords
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything the Trainer's loop needs; each field is also a `key=value` of `torchslurm train`."""
@@ -139,6 +160,7 @@ DATASETS = ("digits", "mnist", "synthetic", "imagefolder", "text")
 MODELS = ("auto", "convnet", "simple", "resnet18", "gpt")
 
 
+@_known_keywords
 @dataclass(frozen=True)
 class ExampleConfig:
     """What the built-in examples train on; each field is also a `key=value` of `torchslurm train`."""

@@ -217,11 +217,25 @@ def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:
 
 def batches(dataset: Dataset[Any], sampler: Sampler[int], batch_size: int, **options: Any) -> DataLoader[Any]:
     """`DataLoader(dataset, batch_size, sampler=sampler, **options)`: the same batches, in the same
-    order. A TensorDataset is read a batch at a time (`TensorBatches`) rather than a sample at a time."""
-    if type(dataset) is TensorDataset:  # a subclass may have its own __getitem__
+    order. A TensorDataset is read a batch at a time (`TensorBatches`) rather than a sample at a time,
+    unless a `collate_fn` of your own wants the samples."""
+    if type(dataset) is TensorDataset and options.get("collate_fn") is None:  # a subclass may have its own __getitem__
         return DataLoader(TensorBatches(dataset), batch_size=None,
                           sampler=BatchSampler(sampler, batch_size, drop_last=False), **options)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **options)
+
+
+def epoch_batches(dataset: Dataset[Any], batch_size: int, rank: int, world_size: int, seed: int, epoch: int,
+                  skip: int = 0, **options: Any) -> DataLoader[Any]:
+    """`rank`'s training batches of `epoch` after its first `skip` (a resume inside an epoch). Their
+    order is a pure function of (seed, epoch): DistributedSampler's permutation, and a generator of
+    the loader's own, so that worker seeds come from (seed, epoch) and creating the iterator draws
+    nothing from the global torch RNG (which a checkpoint restores for dropout & co)."""
+    sampler: DistributedSampler[Any] = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                                          seed=seed)
+    sampler.set_epoch(epoch)
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return batches(dataset, SkipSampler(sampler, skip * batch_size), batch_size, generator=generator, **options)
 
 
 class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):

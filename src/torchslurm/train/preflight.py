@@ -1,17 +1,19 @@
-"""Checks on the file system that a run needs before any rank trains (effects, so not in a config's
-`__post_init__`): used by `torchslurm train` before it starts the ranks (train.config.preflight)
-and by the Trainer itself before its first step, so the API gets one clear error too."""
+"""Checks of what a run needs before any rank trains: the file system (effects, so not in a config's
+`__post_init__`), used by `torchslurm train` before it starts the ranks (train.config.preflight)
+and by the Trainer itself before its first step, so the API gets one clear error too; and the
+optimizer the Trainer is given, when it is built rather than at the first checkpoint."""
 
 from __future__ import annotations
 
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 from torchslurm.errors import ConfigError, TorchSlurmError
 from torchslurm.safefiles import open_new
 
-__all__ = ["run_dir_problem"]
+__all__ = ["optimizer_problem", "run_dir_problem"]
 
 
 def run_dir_problem(run_dir: Path, *, keep_created: bool = False) -> ConfigError | None:
@@ -61,3 +63,22 @@ def _probe(probe: Path) -> None:
                 raise
             probe.unlink()
     probe.unlink()
+
+
+def optimizer_problem(model: Any, optimizer: Any) -> ConfigError | None:
+    """Every parameter `optimizer` holds must be one of `model`'s (an `nn.Module` and a
+    `torch.optim.Optimizer`, duck-typed): checkpoints name optimizer state after the model's
+    parameters, so a foreign one would fail the first save, an epoch later (torch's get_state_dict
+    raises a bare KeyError)."""
+    own = {id(p) for p in model.parameters()}
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    foreign = [p for p in held if id(p) not in own]
+    if not foreign:
+        return None
+    what = ("none of them is" if len(foreign) == len(held)
+            else f"{len(foreign)} of them {'is' if len(foreign) == 1 else 'are'} not")
+    return ConfigError(
+        f"the optimizer holds {len(held)} parameter tensor(s) and {what} among the parameters of the model given to "
+        f"the Trainer ({type(model).__name__}, {len(own)} parameter tensor(s)).",
+        "build the optimizer from that model's parameters, e.g. torch.optim.AdamW(model.parameters()); a learnable "
+        "value outside it (a loss weight) belongs in an nn.Module inside the model.")

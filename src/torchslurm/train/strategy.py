@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from torchslurm.train import fsdp
 
@@ -56,8 +56,10 @@ class Strategy:
     def clip(self, max_norm: float) -> None:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
-    def pad_evaluation(self, data: Dataset[Any], batches_run: int, batch_size: int) -> None:
-        """After this rank evaluated its `batches_run` batches of `data`: what else every rank must run."""
+    def pad_evaluation(self, data: Dataset[Any], batches_run: int, batch_size: int,
+                       forward_one: Callable[[], object]) -> None:
+        """After this rank evaluated its `batches_run` batches of `data`: what else every rank must run
+        (`forward_one`: a forward pass of the evaluation step on a one-sample batch)."""
 
 
 class DDP(Strategy):
@@ -106,15 +108,14 @@ class FSDP(Strategy):
     def clip(self, max_norm: float) -> None:
         fsdp.clip_grad_norm(self.model.parameters(), max_norm)
 
-    def pad_evaluation(self, data: Dataset[Any], batches_run: int, batch_size: int) -> None:
+    def pad_evaluation(self, data: Dataset[Any], batches_run: int, batch_size: int,
+                       forward_one: Callable[[], object]) -> None:
         """Each forward all-gathers the parameters: every rank runs as many as the rank with the most
         batches (the first), a one-sample dummy for each it lacks."""
         assert isinstance(data, Sized)
         most = math.ceil(math.ceil(len(data) / self.topo.world_size) / batch_size)
-        if most > batches_run:
-            dummy = next(iter(DataLoader(data, batch_size=1)))[0].to(self.topo.device)
-            for _ in range(most - batches_run):
-                self.model(dummy)
+        for _ in range(most - batches_run):
+            forward_one()
 
 
 def make_strategy(model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
@@ -126,6 +127,17 @@ def make_strategy(model: nn.Module, optimizer: torch.optim.Optimizer, config: Tr
     if config.strategy == "fsdp":
         return FSDP(model, optimizer, config, topo)
     return DDP(model, topo)
+
+
+def unwrapped(model: nn.Module) -> nn.Module:
+    """The user's module inside DDP's (or DataParallel's) and torch.compile's wrappers."""
+    while True:
+        if isinstance(model, DistributedDataParallel | torch.nn.DataParallel):
+            model = model.module
+        elif isinstance(inner := getattr(model, "_orig_mod", None), nn.Module):
+            model = inner
+        else:
+            return model
 
 
 def make_scaler(amp: str, device_type: str) -> torch.amp.GradScaler:

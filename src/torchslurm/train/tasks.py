@@ -48,12 +48,7 @@ class Task:
     def sums(self, output: torch.Tensor, target: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
         """[loss·n, extra, n] for one batch, float64 on the batch's device (no sync). `loss` is the
         batch mean over its units."""
-        n = self.count(target)
-        sums = torch.zeros(3, dtype=torch.float64, device=output.device)
-        sums[0], sums[2] = loss.detach().double() * n, n
-        if self.extra is not None:
-            sums[1] = self.extra(output, target)
-        return sums
+        return batch_sums(loss, self.count(target), self.extra(output, target) if self.extra is not None else 0)
 
     def summary(self, totals: Totals) -> str:
         """The epoch line's metrics, e.g. 'Avg Loss: 0.123456, Accuracy: 97.50%'."""
@@ -64,6 +59,14 @@ class Task:
             elif name != "loss":
                 parts.append(f"{name.capitalize()}: {value:.4g}")
         return ", ".join(parts)
+
+
+def batch_sums(loss: torch.Tensor, n: int, extra: torch.Tensor | int | float = 0) -> torch.Tensor:
+    """[loss·n, extra, n] of one batch whose mean loss over its `n` units is `loss`: float64 on the
+    loss's device, without a device sync."""
+    sums = torch.zeros(3, dtype=torch.float64, device=loss.device)
+    sums[0], sums[1], sums[2] = loss.detach().double() * n, extra, n
+    return sums
 
 
 def classification() -> Task:

@@ -13,34 +13,36 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.rundir import remember
 from torchslurm.jobs.slurm import run_command_status
 from torchslurm.runtime.distributed import stack_watch
+from torchslurm.train.batches import to_device
 from torchslurm.train.checkpoint.checkpointer import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.layout import CHECKPOINTS
 from torchslurm.train.config import TrainConfig, device_problem
-from torchslurm.train.data import ShardSampler, SkipSampler, batches
+from torchslurm.train.data import ShardSampler, batches, epoch_batches
 from torchslurm.train.events import EventWriter
 from torchslurm.train.hang import hang_watch
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
-from torchslurm.train.preflight import run_dir_problem
+from torchslurm.train.preflight import optimizer_problem, run_dir_problem
 from torchslurm.train.report import RunReport
 from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
+from torchslurm.train.step import Step, Stepper
 from torchslurm.train.steptime import StepTimes, node_name
 from torchslurm.train.strategy import make_scaler, make_strategy
-from torchslurm.train.tasks import Task, classification
+from torchslurm.train.tasks import Task, classification, loss_only
 from torchslurm.train.topology import topology
 from torchslurm.train.watchdog import Watchdog
 
@@ -72,8 +74,11 @@ class FitResult:
 class Trainer:
     """Train `model` with DDP on every rank of the current process group.
 
-    `optimizer` must hold the model's parameters; its lr is set from the config. `scheduler`
-    is a factory called with the optimizer and stepped after each optimizer step.
+    `optimizer` must hold the model's parameters (checked here); its lr is set from the config.
+    `scheduler` is a factory called with the optimizer and stepped after each optimizer step. A batch
+    (what the DataLoader yields, through `collate_fn` when given) becomes a loss in `step(model,
+    batch)` (default: `loss_fn(model(input), target)` for pairs, the Hugging Face convention for dicts;
+    train.step), and `task` says what its metrics are (default: classification; loss only with a step).
     Left at None, `should_stop` is torchslurm's own preemption and `fit()` also runs the dead-peer
     watchdog: the job's warning signal (USR2), SIGTERM or its deadline stop every rank after the
     same step, the Trainer checkpoints, rank 0 requeues the job and FitResult.exit_code is 75; a
@@ -89,14 +94,17 @@ class Trainer:
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 loss_fn: Callable[..., torch.Tensor] | None,
                  train_data: Dataset[Any], val_data: Dataset[Any], config: TrainConfig, *,
                  ctx: DistContext | None = None,
                  scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
                  should_stop: Callable[[], bool] | None = None, preemption: PreemptionConfig | None = None,
-                 environ: Mapping[str, str] = os.environ, run: Runner = run_command_status,
-                 task: Task | None = None) -> None:
-        ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True)])  # before any rank trains
+                 environ: Mapping[str, str] | None = None, run: Runner = run_command_status,
+                 task: Task | None = None, step: Step | None = None,
+                 collate_fn: Callable[[list[Any]], Any] | None = None) -> None:
+        environ = os.environ if environ is None else environ
+        ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True),  # before any rank trains
+                               optimizer_problem(model, optimizer)])
         self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device
         ConfigError.raise_any([device_problem(config, self.device.type)])
@@ -104,8 +112,9 @@ class Trainer:
         self.strategy = make_strategy(self.model, optimizer, config, self.topo)
         self.train_module = self.strategy.train_module
         """What training calls: the model, or its DDP wrapper."""
-        self.task = task or classification()
-        self.optimizer, self.loss_fn = optimizer, loss_fn
+        self.task = task or (loss_only() if step else classification())
+        self.optimizer, self.loss_fn, self.collate_fn = optimizer, loss_fn, collate_fn
+        self.stepper = Stepper(self.task, loss_fn, step, self.topo.rank, config.amp, self.device.type)
         self.train_data, self.val_data = train_data, val_data
         self.lr_factor = config.lr_factor(self.topo.world_size)
         for group in optimizer.param_groups:
@@ -202,9 +211,8 @@ class Trainer:
 
     def _backward_once(self) -> None:
         """A forward and backward of the first batch, its gradients thrown away (Strategy.settle)."""
-        inputs, targets = next(iter(DataLoader(self.train_data, batch_size=self.config.batch_size)))
-        with self._autocast():
-            loss = self.loss_fn(self.train_module(inputs.to(self.device)), targets.to(self.device))
+        batch = next(iter(DataLoader(self.train_data, batch_size=self.config.batch_size, collate_fn=self.collate_fn)))
+        loss = self.stepper.forward(self.train_module, to_device(batch, self.device)).loss
         loss.backward()  # type: ignore[no-untyped-call]
 
     def _train_epoch(self) -> int | None:
@@ -217,18 +225,17 @@ class Trainer:
         tick = time.perf_counter()
         self.train_module.train()
         bar = self.report.progress_bar(self.epoch, self.batches_done, total)
-        for inputs, targets in self.steptime.timed(loader):
-            inputs = inputs.to(self.device, non_blocking=True)
-            targets = targets.to(self.device, non_blocking=True)
+        for batch in self.steptime.timed(loader):
+            batch = to_device(batch, self.device, non_blocking=True)
             group_start = self.batches_done - self.batches_done % accum
             group_size = min(accum, total - group_start)
             self.batches_done += 1
             boundary = self.batches_done % accum == 0 or self.batches_done == total
-            sums = self._micro_step(inputs, targets, group_size, boundary)
+            sums, units = self._micro_step(batch, group_size, boundary)
             self._sums += sums
             if cfg.log_every:
                 window += sums
-            seen += self.task.count(targets)
+            seen += units
             if bar is not None:
                 bar.update(1)
             if not boundary:
@@ -252,18 +259,15 @@ class Trainer:
             bar.close()
         return seen
 
-    def _micro_step(self, inputs: torch.Tensor, targets: torch.Tensor, group_size: int,
-                    boundary: bool) -> torch.Tensor:
-        """Forward and backward of one batch; its [loss·n, correct, n]. The loss is divided by the
+    def _micro_step(self, batch: Any, group_size: int, boundary: bool) -> tuple[torch.Tensor, int]:
+        """Forward and backward of one batch; its [loss·n, correct, n] and n. The loss is divided by the
         micro-steps of its accumulation group, so the summed gradient is their mean."""
         with self.strategy.accumulate(boundary):  # gradients accumulate locally; synced on the boundary
-            with self._autocast():
-                output = self.train_module(inputs)
-                loss = self.loss_fn(output, targets)
-            scaled: torch.Tensor = self.scaler.scale(loss / group_size if group_size > 1 else loss)
+            found = self.stepper.forward(self.train_module, batch)
+            scaled: torch.Tensor = self.scaler.scale(found.loss / group_size if group_size > 1 else found.loss)
             scaled.backward()  # type: ignore[no-untyped-call]
         self.steptime.backward_done()
-        return self.task.sums(output, targets, loss)
+        return self.stepper.sums(found), found.n
 
     def _optimizer_step(self) -> None:
         if self.config.grad_clip:
@@ -276,22 +280,11 @@ class Trainer:
             self.scheduler.step()
         self.global_step += 1
 
-    def _autocast(self) -> AbstractContextManager[Any]:
-        if self.config.amp == "off":
-            return nullcontext()
-        dtype = torch.bfloat16 if self.config.amp == "bf16" else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
-
     def _train_loader(self) -> DataLoader[Any]:
         cfg = self.config
-        sampler: DistributedSampler[Any] = DistributedSampler(
-            self.train_data, num_replicas=self.topo.world_size, rank=self.topo.rank, shuffle=True, seed=cfg.seed)
-        sampler.set_epoch(self.epoch)
-        # Own generator: worker seeds come from (seed, epoch), and creating the iterator does not
-        # draw from the global torch RNG (which the checkpoint restores for dropout & co).
-        generator = torch.Generator().manual_seed(cfg.seed * 100_003 + self.epoch)
-        return batches(self.train_data, SkipSampler(sampler, self.batches_done * cfg.batch_size), cfg.batch_size,
-                       num_workers=cfg.num_workers, pin_memory=self._pin, generator=generator)
+        return epoch_batches(self.train_data, cfg.batch_size, self.topo.rank, self.topo.world_size, cfg.seed,
+                             self.epoch, self.batches_done, num_workers=cfg.num_workers, pin_memory=self._pin,
+                             collate_fn=self.collate_fn)
 
     @property
     def _pin(self) -> bool:
@@ -315,17 +308,18 @@ class Trainer:
         data = self.val_data if dataset is None else dataset
         sampler = ShardSampler(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
         loader = batches(data, sampler, self.config.batch_size, num_workers=self.config.num_workers,
-                         pin_memory=self._pin, generator=torch.Generator().manual_seed(self.config.seed))
+                         pin_memory=self._pin, generator=torch.Generator().manual_seed(self.config.seed),
+                         collate_fn=self.collate_fn)
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)
         model = self.strategy.eval_module  # DDP: the unwrapped module, no hooks or collectives per batch
         model.eval()
-        with torch.no_grad(), self._autocast():
-            for inputs, targets in loader:
-                inputs, targets = inputs.to(self.device), targets.to(self.device)
-                output = model(inputs).float()
-                sums += self.task.sums(output, targets, self.loss_fn(output, targets))
+        with torch.no_grad():
+            for batch in loader:
+                sums += self.stepper.sums(self.stepper.forward(model, to_device(batch, self.device), evaluating=True))
                 self.hang.beat()
-            self.strategy.pad_evaluation(data, len(loader), self.config.batch_size)
+            one = DataLoader(data, batch_size=1, collate_fn=self.collate_fn)
+            self.strategy.pad_evaluation(data, len(loader), self.config.batch_size, lambda: self.stepper.forward(
+                model, to_device(next(iter(one)), self.device), evaluating=True))
         model.train()
         return sums
 

@@ -1,3 +1,4 @@
+import inspect
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,15 @@ def test_unknown_key_suggests_the_closest_and_lists_valid_ones() -> None:
         config.load(overrides=["epoch=3"])
     with pytest.raises(ConfigError, match=r"unknown key\(s\) in key=value: zzz\. HINT: valid keys are dataset"):
         config.load(overrides=["zzz=3"])
+
+
+def test_the_python_api_gets_did_you_mean_for_an_unknown_keyword_too() -> None:
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) in TrainConfig\(\.\.\.\): epoch\. HINT: did you mean "
+                                          r"epoch -> epochs\? valid keys are epochs, batch_size"):
+        TrainConfig(epoch=2)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"in ExampleConfig\(\.\.\.\): datset\. HINT: did you mean datset -> dataset"):
+        ExampleConfig(datset="text")  # type: ignore[call-arg]
+    assert TrainConfig(epochs=2).epochs == 2 and "epochs: 'int' = 5" in str(inspect.signature(TrainConfig))
 
 
 def test_override_without_equals() -> None:

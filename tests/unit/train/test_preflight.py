@@ -1,10 +1,14 @@
-"""train.preflight: run_dir is tried for real (mkdir and a probe file), not judged by permission bits."""
+"""train.preflight: run_dir is tried for real (mkdir and a probe file), not judged by permission bits; the
+optimizer must hold the model's parameters."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from torchslurm.train.preflight import run_dir_problem
+import torch
+from torch import nn
+
+from torchslurm.train.preflight import optimizer_problem, run_dir_problem
 
 
 def test_a_writable_run_dir_passes_and_only_keep_created_leaves_it(tmp_path: Path) -> None:
@@ -36,3 +40,17 @@ def test_the_write_probe_never_follows_a_link_planted_under_its_name(tmp_path: P
     assert run_dir_problem(run_dir) is None
     assert precious.read_text() == "keep me"
     assert list(run_dir.iterdir()) == []
+
+
+def test_an_optimizer_on_another_modules_parameters_is_refused_when_the_trainer_is_built() -> None:
+    model, other = nn.Linear(3, 2), nn.Linear(3, 2)
+    assert optimizer_problem(model, torch.optim.SGD(model.parameters(), lr=0.1)) is None
+    assert optimizer_problem(model, torch.optim.SGD([model.weight], lr=0.1)) is None  # a part (a frozen bias)
+    problem = optimizer_problem(model, torch.optim.SGD(other.parameters(), lr=0.1))
+    assert problem is not None and problem.message == (
+        "the optimizer holds 2 parameter tensor(s) and none of them is among the parameters of the model given to the "
+        "Trainer (Linear, 2 parameter tensor(s)).")
+    assert problem.hint is not None and "torch.optim.AdamW(model.parameters())" in problem.hint
+    temperature = nn.Parameter(torch.ones(()))
+    mixed = optimizer_problem(model, torch.optim.SGD([*model.parameters(), temperature], lr=0.1))
+    assert mixed is not None and "3 parameter tensor(s) and 1 of them is not among" in mixed.message

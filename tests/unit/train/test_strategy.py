@@ -96,7 +96,7 @@ def test_fsdp_pads_evaluation_to_the_first_ranks_forward_passes(one_rank_group: 
     calls: list[int] = []
     model.register_forward_hook(lambda module, args, output: calls.append(args[0].shape[0]))
     data = TensorDataset(torch.ones(samples, 4), torch.zeros(samples, dtype=torch.long))
-    sharded.pad_evaluation(data, batches_run, batch_size=2)
+    sharded.pad_evaluation(data, batches_run, batch_size=2, forward_one=lambda: model(data[:1][0]))
     assert calls == [1] * padded
 
 

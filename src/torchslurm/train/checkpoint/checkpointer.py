@@ -234,20 +234,30 @@ class Checkpointer:
 
     def _load(self, path: Path) -> dict[str, Any]:
         """state.pt of `path`, with model and optimizer loaded (on the CPU: RNG states must stay CPU
-        tensors). Rank 0 verified every checksum already, while choosing."""
+        tensors). Rank 0 verified every checksum already, while choosing. A file this rank cannot read
+        points at the file system; a checkpoint of another model keeps its own message and hint (raised
+        without the chain: every rank says the same)."""
         try:
             state = load(path, verify=self.is_main)
+        except (CheckpointError, OSError) as exc:
+            raise self._unreadable(path, exc) from exc
+        try:
             if state.get("format", 1) >= FORMAT:
                 load_into(folder_of(path), state, self.model, self.optimizer)
             else:
                 load_single_file(state, self.model, self.optimizer)
-        except (CheckpointError, OSError) as exc:
-            reason = exc.message if isinstance(exc, CheckpointError) else str(exc)
-            shared = "run_dir must be on a filesystem every node sees (e.g. your home or project dir)."
-            # rank 0 read what it chose; another rank failing on it is most often a run_dir it cannot see
-            hint = exc.hint if isinstance(exc, CheckpointError) and self.is_main else shared
-            raise CheckpointError(f"rank {self.rank} cannot read {path}: {reason}", hint) from exc
+        except OSError as exc:
+            raise self._unreadable(path, exc) from exc
+        except CheckpointError as exc:
+            if not self.is_main and not Path(path).exists():  # rank 0 chose it: run_dir is not shared here
+                raise self._unreadable(path, exc) from None
+            raise CheckpointError(f"rank {self.rank}: {exc.message}", exc.hint) from None
         return state
+
+    def _unreadable(self, path: Path, exc: CheckpointError | OSError) -> CheckpointError:
+        reason = exc.message if isinstance(exc, CheckpointError) else str(exc)
+        return CheckpointError(f"rank {self.rank} cannot read {path}: {reason}",
+                               "run_dir must be on a filesystem every node sees (e.g. your home or project dir).")
 
 
 def layout_changes(state: Mapping[str, Any], now: Mapping[str, Any]) -> str:

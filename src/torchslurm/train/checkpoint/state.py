@@ -84,9 +84,10 @@ def load_into(folder: Path, state: Mapping[str, Any], model: nn.Module, optimize
     tensors, _ = split_state(model, optimizer)  # targets shaped as now (optimizer state initialised)
     if (folder / TENSORS_FILE).is_file():
         saved = _read_replicated(folder)
-        _check_same_tensors(folder, saved, tensors)
+        _check_same_tensors(folder, {key: tuple(value.shape) for key, value in saved.items()}, tensors)
         tensors = {key: _spread_like(saved[key], target) for key, target in tensors.items()}
     else:
+        _check_same_tensors(folder, _shard_shapes(folder), tensors)
         read_shards(folder, tensors, alone=not distributed())
     values = {**tensors, **state["optim_plain"]}
     model_sd, optim_sd = _part(values, "model."), _part(values, "optim.")
@@ -112,11 +113,20 @@ def _spread_like(whole: torch.Tensor, target: Any) -> Any:
     return distribute_tensor(whole.to(target.device), target.device_mesh, target.placements, src_data_rank=None)
 
 
-def _check_same_tensors(folder: Path, saved: Mapping[str, torch.Tensor], wanted: Mapping[str, Any]) -> None:
+def _shard_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """The whole shape of every tensor in a sharded checkpoint, from DCP's metadata."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    metadata = SafeReader(folder / SHARDS).read_metadata()
+    return {key: tuple(meta.size) for key, meta in metadata.state_dict_metadata.items()
+            if isinstance(meta, TensorStorageMetadata)}
+
+
+def _check_same_tensors(folder: Path, saved: Mapping[str, tuple[int, ...]], wanted: Mapping[str, Any]) -> None:
     """The checkpoint holds every tensor the model and optimizer now have, in their (whole) shapes."""
     missing = sorted(wanted.keys() - saved.keys())
     unexpected = sorted(saved.keys() - wanted.keys())
-    reshaped = sorted(k for k in wanted.keys() & saved.keys() if tuple(wanted[k].shape) != tuple(saved[k].shape))
+    reshaped = sorted(k for k in wanted.keys() & saved.keys() if tuple(wanted[k].shape) != saved[k])
     if missing or unexpected or reshaped:
         found = "; ".join(f"{what}: {', '.join(keys[:4])}{' …' if len(keys) > 4 else ''}" for what, keys in
                           (("missing", missing), ("not in the model", unexpected), ("other shape", reshaped)) if keys)

@@ -157,3 +157,19 @@ def test_a_second_run_in_the_same_folder_is_refused_naming_the_first(tmp_path: P
     second.save(_progress(3))  # free once the first run ended
     second.close()
     assert [step for step, _ in checkpoint.complete(tmp_path)] == [2, 3]
+
+
+def test_resuming_with_another_model_keeps_the_mismatchs_own_message_and_hint(tmp_path: Path) -> None:
+    """Not the wrapper's file-system hint, and no chained traceback: every rank says the same."""
+    _checkpointer(tmp_path).save(_progress(7))
+    torch.manual_seed(0)
+    wider = nn.Linear(4, 2)
+    resumer = Checkpointer(tmp_path, wider, torch.optim.SGD(wider.parameters(), lr=0.1), rank=0, world_size=1,
+                           keep_last=2, config=ORDER, order=ORDER)
+    with pytest.raises(CheckpointError) as caught:
+        resumer.restore("auto")
+    error = caught.value
+    assert str(error).startswith(f"rank 0: checkpoint {tmp_path / 'step-000000007'} was saved from another model")
+    assert error.hint is not None and error.hint.startswith("resume with the model and optimizer it was trained with")
+    assert "filesystem every node sees" not in str(error)
+    assert error.__cause__ is None and error.__suppress_context__

@@ -145,3 +145,19 @@ def test_split_state_leaves_wrapped_and_tied_modules_to_dcp() -> None:
     compiled_like = nn.Module()
     compiled_like._orig_mod = nn.Linear(2, 2)  # torch.compile's wrapper names its module so
     assert _plain_state_dict(compiled_like, torch.optim.SGD(compiled_like.parameters(), lr=0.1)) is None
+
+
+def test_a_sharded_checkpoint_of_another_model_is_refused_with_what_differs(tmp_path: Path) -> None:
+    """Read from DCP's metadata before loading: the same message and hint as for tensors.pt."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    model, optimizer = _trained_linear()
+    tensors, plain = split_state(model, optimizer)
+    folder = write(Snapshot(tmp_path, 1, tensors, {"rng": 1}, {"format": FORMAT, "optim_plain": plain}, 2))
+    (folder / "tensors.pt").unlink()
+    with quiet_alone():
+        dcp_save(tensors, storage_writer=FileSystemWriter(folder / "shards"), no_dist=True)
+    wider = nn.Linear(4, 2)
+    with pytest.raises(CheckpointError, match=r"another model or optimizer \(other shape: model.weight, "
+                                              r"optim.state.weight.exp_avg.*HINT: resume with the model"):
+        load_into(folder, {"optim_plain": plain}, wider, torch.optim.AdamW(wider.parameters()))
