@@ -41,6 +41,15 @@ class TestDerivedPort:
     def test_batch_step_differs_from_step_zero(self) -> None:
         assert derived_port("4242", None) != derived_port("4242", "0")
 
+    def test_steps_past_the_slots_stay_in_their_own_jobs_ports(self) -> None:
+        """Step 8 and later wrap onto the job's own slots (step id modulo STEP_SLOTS): never onto the
+        ports of the jobs next to it, which may share the node."""
+        own = {derived_port("4242", str(step)) for step in range(STEP_SLOTS)}
+        later = {derived_port("4242", str(step)) for step in range(STEP_SLOTS, 10 * STEP_SLOTS)}
+        neighbours = {derived_port(str(job), str(step)) for job in (4241, 4243) for step in range(STEP_SLOTS)}
+        assert later == own and not own & neighbours
+        assert derived_port("4242", str(STEP_SLOTS + 3)) == derived_port("4242", "3")
+
 
 def test_the_bash_expression_is_the_derived_port_of_step_zero() -> None:
     job = 123_457
