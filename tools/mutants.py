@@ -213,6 +213,9 @@ def results(folder: Path) -> dict[str, str]:
 
 def report(name: str, elapsed_s: float | None) -> int:
     folder = WORK / name
+    if not (folder / "mutants").is_dir():
+        print(f"shard {name} has not run yet: python tools/mutants.py {name}")
+        return 1
     found, equivalent = results(folder), load_equivalent()
     rows = table(found, equivalent)
     survivors = sorted(n for n, s in found.items() if s == "survived" and n not in equivalent)
@@ -225,6 +228,9 @@ def report(name: str, elapsed_s: float | None) -> int:
         lines += [f"wall time: {elapsed_s / 60:.1f} min", ""]
     lines += ["survivors (show one with `cd mutants/" + name + " && python -m mutmut show NAME`):",
               *(f"    {n}" for n in survivors), ""]
+    kept = sorted(n for n, s in found.items() if s == "survived" and n in equivalent)
+    if kept:
+        lines += [f"equivalent (why: {EQUIVALENT.relative_to(ROOT)}):", *(f"    {n}" for n in kept), ""]
     if other:
         lines += ["neither caught nor survived:", *(f"    {n}" for n in other), ""]
     if stale:
@@ -269,10 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in chosen if name not in SHARDS]
     if unknown:
         parser.error(f"unknown shard {', '.join(unknown)}; the shards are {', '.join(SHARDS)} (or all)")
+    status = 0
     for name in chosen:
         elapsed = None if args.report else run(name, args.jobs, args.survivors, args.fresh)
-        report(name, elapsed)
-    return 0
+        status = max(status, report(name, elapsed))
+    return status
 
 
 if __name__ == "__main__":
