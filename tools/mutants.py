@@ -270,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, shard in SHARDS.items():
             print(f"{name:11s} {shard.why}\n            mutates: {', '.join(shard.modules)}\n"
                   f"            tests:   {' '.join(shard.tests)}")
-        return 0 if args.list else 2
+        if not args.list:
+            print("\nrun one: make mutants SHARD=<name> (or python tools/mutants.py <name>); SHARD=all runs each")
+        return 0
     chosen = list(SHARDS) if args.shards == ["all"] else args.shards
     unknown = [name for name in chosen if name not in SHARDS]
     if unknown:
