@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 
-.PHONY: demo test docs slurm-packages clean
+.PHONY: demo test docs slurm-packages clean mutants
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,10 +30,15 @@ slurm-packages:
 	fi
 
 test: $(STAMP) slurm-packages
-	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks tools
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(BIN)/python -m pytest
 
+# Mutation testing of the core, one shard at a time (not part of `make test`; docs/testing.md):
+# `make mutants SHARD=hostlist`; `make mutants` lists the shards.
+mutants: $(STAMP)
+	$(BIN)/python tools/mutants.py $(SHARD)
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info mutants

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,21 @@ settings.register_profile("torchslurm", deadline=None)
 settings.load_profile("torchslurm")
 
 WITHOUT_TORCH = Path(__file__).parent / "fixtures" / "without_torch.py"
+
+
+@pytest.fixture
+def terminal_sigint() -> Iterator[None]:
+    """SIGINT as an interactive terminal has it, for the tests of Ctrl-C: Python's KeyboardInterrupt
+    handler in this process (restored afterwards), so that child processes start with SIGINT at its
+    default action too. pytest started in the background (`nohup pytest … &`, a CI runner) inherits
+    SIGINT ignored: Python then installs no handler, Preemption leaves SIGINT alone, and every child
+    inherits it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+
 
 @pytest.fixture
 def without_torch() -> Callable[..., subprocess.CompletedProcess[str]]:

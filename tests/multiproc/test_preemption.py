@@ -146,6 +146,7 @@ def test_kill_9_during_checkpoint_write_resumes_from_the_previous_one(uninterrup
     assert_bitwise_equal(weights(uninterrupted), weights(tmp_path))
 
 
+@pytest.mark.usefixtures("terminal_sigint")  # the launcher starts with SIGINT at its default, as from a terminal
 def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_exit_130_without_a_traceback(tmp_path: Path) -> None:
     """The README's script under `torchslurm run`, interrupted the way a terminal does it: SIGINT to
     the launcher's whole process group (the elastic agent starts the ranks in sessions of their own

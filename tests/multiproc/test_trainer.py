@@ -174,6 +174,8 @@ def test_resume_fallback_and_determinism_with_two_ranks(tmp_path: Path) -> None:
     assert r["mid_epoch_metrics_equal"], "and its epoch metrics (train sums restored) the same"
     assert r["accum_stopped"] == [True, 13] and r["accum_mid_equal"] and r["accum_differs_from_plain"]
     assert r["metrics_epochs"] == [1, 2, 3]  # the resumed run's log has each epoch once
+    marker = json.loads((tmp_path / "full" / "checkpoints" / "step-000000069" / "COMPLETE").read_text())
+    assert sorted(marker["files"]) == ["rank-00000.pt", "rank-00001.pt", "state.pt", "tensors.pt"]  # every rank's
     assert r["final_accuracy"] >= 0.9
     assert "Starting distributed training on 2 processes (1 node × 2, gloo, cpu), master" in r["log"]
     assert "Epoch 3 - Avg Loss: " in r["log"]

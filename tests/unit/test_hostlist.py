@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,53 @@ def test_expand_rejects_with_expression_and_hint(expression: str, message: str) 
     assert repr(expression) in caught.value.message and message in caught.value.message
     assert caught.value.hint and "HINT:" not in caught.value.message
     assert isinstance(caught.value, ConfigError)
+
+
+@pytest.mark.parametrize(("call", "message", "hint"), [
+    (lambda: expand("n[[1-2]]"), "invalid hostlist 'n[[1-2]]': nested '[' at position 2.",
+     "brackets cannot be nested."),
+    (lambda: expand("n1]"), "invalid hostlist 'n1]': ']' without '[' at position 2.", "balance the brackets."),
+    (lambda: expand("n[ 1-3]"), "invalid hostlist 'n[ 1-3]': whitespace inside brackets at position 2.",
+     "write ranges without spaces, e.g. n[1,3-5]."),
+    (lambda: expand("n[1-3"), "invalid hostlist 'n[1-3': '[' is never closed.", "close every '[' with ']'."),
+    (lambda: expand("n1,n[1-3]x"), "invalid hostlist 'n1,n[1-3]x': 'x' follows the last ']' in 'n[1-3]x'.",
+     "Slurm cannot bracket a suffix: list the full names, e.g. 'n1x,n2x,n3x'."),
+    (lambda: expand("n[a-c]"), "invalid hostlist 'n[a-c]': range 'a-c' in [a-c] is not `N` or `LO-HI` with digits "
+     "only.", "use ranges like [1-4] or [01-08,12]."),
+    (lambda: expand("n[010-8]"), "invalid hostlist 'n[010-8]': range '010-8' runs backwards (10 > 8).",
+     "write it as [8-010] or list the numbers."),
+    (lambda: expand(f"n[{2**64 - 1}]"), f"invalid hostlist 'n[{2**64 - 1}]': number {2**64 - 1} in '{2**64 - 1}' is "
+     f"larger than {2**64 - 2}.", "check the range for a typo."),
+    (lambda: expand(f"n[1-{MAX_RANGE + 1}]"), f"invalid hostlist 'n[1-{MAX_RANGE + 1}]': range '1-{MAX_RANGE + 1}' "
+     f"holds {MAX_RANGE + 1} numbers, Slurm allows {MAX_RANGE}.", "split the range or check it for a typo."),
+    (lambda: expand("n[1-10],m[1-11]", max_hosts=20), "hostlist 'n[1-10],m[1-11]' expands to 21 hosts, more than "
+     "the limit of 20.", "check the ranges for a typo (an extra digit), or pass a larger max_hosts."),
+    (lambda: compress(["n1", "a b"]), "host name 'a b' cannot be written in a hostlist: it is empty or holds a "
+     "separator (comma, space, tab, newline) or a bracket.", "pass plain host names such as 'node01'."),
+    (lambda: expand_counts("2x3"), "count list '2x3': element '2x3' is not `N` or `N(xK)`.",
+     "pass the value of SLURM_TASKS_PER_NODE / SLURM_JOB_CPUS_PER_NODE unchanged, e.g. '2(x3),1'."),
+    (lambda: expand_counts("2(x0)"), "count list '2(x0)': repeat in '2(x0)' must be between 1 and 65536 nodes in "
+     "all.", "pass the value Slurm set, e.g. '2(x3),1'."),
+])
+def test_each_refusal_says_what_and_how_to_fix_it(call: Callable[[], object], message: str, hint: str) -> None:
+    """The whole text of every kind of refusal: the expression, the problem, and the hint's fix."""
+    with pytest.raises(HostlistError) as caught:
+        call()
+    assert (caught.value.message, caught.value.hint) == (message, hint)
+
+
+def test_the_largest_number_and_range_slurm_takes_are_taken() -> None:
+    assert expand(f"n[{2**64 - 2}]") == [f"n{2**64 - 2}"]  # one below where Slurm's arithmetic breaks
+    hosts = expand(f"n[1-{MAX_RANGE}]")
+    assert (len(hosts), hosts[-1]) == (MAX_RANGE, f"n{MAX_RANGE}")
+    assert expand_counts("2(x3),1", max_total=4) == [2, 2, 2, 1]  # exactly max_total nodes
+    with pytest.raises(HostlistError, match="must be between 1 and 3 nodes in all"):
+        expand_counts("2(x3),1", max_total=3)
+
+
+def test_upper_case_names_compress() -> None:
+    assert compress(["XL1", "XL2", "GPU-X"]) == "XL[1-2],GPU-X"
+    assert expand("XL[1-2],GPU-X") == ["XL1", "XL2", "GPU-X"]
 
 
 def test_expand_refuses_more_than_max_hosts() -> None:

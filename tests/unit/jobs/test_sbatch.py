@@ -117,6 +117,14 @@ def test_preemptible_directives() -> None:
     assert "no-requeue" in directives(JobSpec(script="t.py", preemptible=True, requeue=False))
 
 
+@pytest.mark.parametrize(("requeue", "budget"), [(True, "5"), (False, "0")])
+def test_the_requeue_budget_the_ranks_see_follows_requeue(requeue: bool, budget: str) -> None:
+    """requeue: false is `--no-requeue`: the script must not hand rank 0 a budget to `scontrol requeue`."""
+    text = render(JobSpec(script="t.py", preemptible=True, requeue=requeue, max_requeues=5, time="60"))
+    assert [line for line in text.splitlines() if "TORCHSLURM_MAX_REQUEUES" in line] == [
+        f"export TORCHSLURM_MAX_REQUEUES={budget}"]
+
+
 def test_gres_style() -> None:
     assert directives(JobSpec(script="t.py", gpus_per_node=2, gpu_flag="gres"))["gres"] == "gpu:2"
 

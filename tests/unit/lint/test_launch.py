@@ -103,6 +103,14 @@ def test_srun_layout_against_the_gpus(job: str, srun: str, found: list[tuple[str
     assert [(f.severity, f.code) for f in lint(text)] == found
 
 
+def test_srun_ntasks_over_nodes_rounds_up_as_the_block_layout_fills_the_first_node() -> None:
+    """srun -n 9 on 2 nodes puts 5 ranks on the first node's 4 GPUs, not 4 (9 // 2)."""
+    text = "#!/bin/bash\n#SBATCH --nodes=2 --ntasks=9 --gpus-per-node=4\nsrun -K -n 9 python train.py\n"
+    [f] = lint(text)
+    assert (f.severity, f.code) == ("error", "srun-tasks-vs-gpus")
+    assert "srun --ntasks=9 starts 5 rank(s) per node on 4 GPU(s) per node" in f.message
+
+
 
 @pytest.mark.parametrize("python", ["python -m torchtitan.train", "python3 -u -m pkg.train", "python -X faulthandler "
                                     "-m pkg.train", "python3 -OO -m sglang.launch_server --node-rank 0"])

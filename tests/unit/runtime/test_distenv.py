@@ -111,6 +111,17 @@ def test_open_mpi_under_slurm_takes_rank_from_mpirun() -> None:
     assert (env.rank, env.world_size, env.local_rank, env.launcher, env.master_addr) == (5, 8, 1, "mpi", "n1")
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "open mpi"])
+def test_without_a_node_rank_variable_the_node_is_the_rank_over_the_ranks_per_node(launcher: str) -> None:
+    """RANK=6 with 4 ranks per node (no GROUP_RANK, no OMPI_COMM_WORLD_NODE_RANK) runs on node 1 of 2."""
+    environ = {"RANK": "6", "LOCAL_RANK": "2", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
+               "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"} if launcher == "torchrun" else {
+        "OMPI_COMM_WORLD_RANK": "6", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    env = detect(environ, free_port=no_port)
+    assert (env.rank, env.local_rank, env.node_rank, env.num_nodes) == (6, 2, 1, 2)
+
+
 def test_array_job_id() -> None:
     env = detect({**SRUN_TASK, "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"}, free_port=no_port)
     assert env.job_id == "4240_2"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,33 @@ class TestDerivedPort:
     def test_batch_step_differs_from_step_zero(self) -> None:
         assert derived_port("4242", None) != derived_port("4242", "0")
 
+    @pytest.mark.parametrize("step", [None, "", "batch", "\u0663"])  # no step id, or not one srun writes
+    def test_the_batch_shell_takes_the_jobs_last_slot(self, step: str | None) -> None:
+        """The batch script's own process (no step id) may hold its port while steps 0-6 run."""
+        assert derived_port("4242", step) == derived_port("4242", str(STEP_SLOTS - 1))
+        assert derived_port("4242", step) not in {derived_port("4242", str(s)) for s in range(STEP_SLOTS - 1)}
+
+    @pytest.mark.parametrize("job", ["4242", "2846", "999999"])
+    def test_a_jobs_ports_count_up_from_its_step_zero_port(self, job: str) -> None:
+        """The batch script computes step 0's port ($port); step k of the job uses $port + k."""
+        first = derived_port(job, "0")
+        assert [derived_port(job, str(step)) for step in range(STEP_SLOTS)] == [first + k for k in range(STEP_SLOTS)]
+
+    def test_a_job_id_that_is_not_a_number_is_refused_by_name(self) -> None:
+        with pytest.raises(EnvError) as caught:
+            derived_port("12_0", "0")
+        assert (caught.value.message, caught.value.hint) == (
+            "SLURM_JOB_ID='12_0' is not an integer.", "unset SLURM_JOB_ID or set it to a whole number.")
+
+    def test_steps_past_the_slots_stay_in_their_own_jobs_ports(self) -> None:
+        """Step 8 and later wrap onto the job's own slots (step id modulo STEP_SLOTS): never onto the
+        ports of the jobs next to it, which may share the node."""
+        own = {derived_port("4242", str(step)) for step in range(STEP_SLOTS)}
+        later = {derived_port("4242", str(step)) for step in range(STEP_SLOTS, 10 * STEP_SLOTS)}
+        neighbours = {derived_port(str(job), str(step)) for job in (4241, 4243) for step in range(STEP_SLOTS)}
+        assert later == own and not own & neighbours
+        assert derived_port("4242", str(STEP_SLOTS + 3)) == derived_port("4242", "3")
+
 
 def test_the_bash_expression_is_the_derived_port_of_step_zero() -> None:
     job = 123_457
@@ -60,11 +88,25 @@ def test_master_port_set_wins_then_the_job_then_a_free_port() -> None:
 def test_a_master_port_outside_tcp_ports_is_refused_with_the_fix(value: str) -> None:
     with pytest.raises(EnvError, match=rf"MASTER_PORT={int(value)} is not a TCP port \(1-65535\)") as info:
         port_number(value)
-    assert "unset MASTER_PORT" in (info.value.hint or "")
+    assert info.value.hint == "unset MASTER_PORT to let torchslurm derive a job-unique port."
+
+
+@pytest.mark.parametrize("value", ["1", "65535", " 29500"])
+def test_every_tcp_port_is_a_master_port(value: str) -> None:
+    assert port_number(value) == int(value)
+
+
+def test_a_master_port_that_is_not_a_number_is_refused_by_name() -> None:
+    with pytest.raises(EnvError) as info:
+        port_number("29500a")
+    assert (info.value.message, info.value.hint) == (
+        "MASTER_PORT='29500a' is not an integer.", "unset MASTER_PORT or set it to a whole number.")
 
 
 def test_a_free_port_is_free_on_loopback() -> None:
     port = find_free_port()
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert low <= port <= high  # the kernel picked it: not a fixed one
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", port))
 

@@ -109,13 +109,12 @@ def test_outside_the_main_thread_no_handlers_but_the_deadline_still_stops(caplog
     assert "not in the main thread: SIGUSR2, SIGTERM, SIGINT not caught" in caplog.text
 
 
+@pytest.mark.usefixtures("terminal_sigint")  # a background pytest has SIGINT ignored: Preemption leaves it alone
 def test_ctrl_c_stops_at_the_boundary_without_requeue_and_a_second_one_stops_at_once() -> None:
     """The first SIGINT (a real one, to this process) is only recorded: no KeyboardInterrupt; the
     boundary stops with exit code 130 and nothing is requeued. The second raises KeyboardInterrupt."""
     runner = Recorder()
     stop = Preemption(PreemptionConfig(), environ={"SLURM_JOB_ID": "7"}, run=runner)
-    # as in a terminal: a shell's background job starts with SIGINT ignored, which Preemption leaves alone
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     with stop:
         assert signal.getsignal(signal.SIGINT) == stop._handle
         os.kill(os.getpid(), signal.SIGINT)
@@ -126,7 +125,6 @@ def test_ctrl_c_stops_at_the_boundary_without_requeue_and_a_second_one_stops_at_
             os.kill(os.getpid(), signal.SIGINT)  # a signal to oneself is handled before kill returns
         assert stop.finish(rank=0) == INTERRUPTED_EXIT_CODE
     assert runner.calls == [] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    signal.signal(signal.SIGINT, previous)
 
 
 def test_a_sigint_handler_of_the_users_is_left_alone() -> None:
