@@ -51,7 +51,7 @@ def torchslurm(*args: str, timeout_s: float = 900) -> float:
 def batch_script(nodes: int, rounds: int, out: Path) -> str:
     python, cli = sys.executable, Path(sys.executable).parent / "torchslurm"
     commands = {
-        "bare": f"MASTER_PORT=$((21000 + round)) srun python {RANK} bare",
+        "bare": f"env MASTER_PORT=$((21000 + round)) srun python {RANK} bare",
         "init": f"srun python {RANK} init",
         "run": f"{cli} run --nproc 1 {RANK} init",
     }
@@ -108,12 +108,14 @@ def main() -> None:
     if status().config is not None:
         raise SystemExit("a sandbox is running; this benchmark starts its own. HINT: torchslurm sandbox down")
     up_s = torchslurm("sandbox", "up", "--nodes", str(sizes[-1]), "--gpus-per-node", "0")
+    print(f"sandbox of {sizes[-1]} nodes up in {up_s:.1f} s", flush=True)
     results: dict[int, dict[str, list[float]]] = {}
     traffic: dict[str, object] = {}
     try:
         env = status().environ
-        with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
-            work = Path(tmp)
+        work = Path(tempfile.mkdtemp(prefix="scale-"))  # kept: the jobs' logs, when one fails
+        print(f"job scripts and logs in {work}", flush=True)
+        if True:
             os.chmod(work, 0o755)
             sbatch_wait(batch_script(sizes[0], 1, work / "warmup.out"), work, env, "warmup")  # page cache
             for nodes in sizes:

@@ -120,6 +120,15 @@ def test_network_commands_create_each_nic_inside_its_namespace_under_its_final_n
     assert sum(c[:3] == ["ip", "netns", "add"] for c in cmds) == 2
 
 
+def test_every_nic_and_the_bridge_probe_longer_for_neighbours_than_linuxs_three_seconds() -> None:
+    """64 nodes connecting all to all on a loaded machine got "No route to host" with Linux's 3 probes."""
+    cmds = network_commands(cfg(nodes=2))
+    probes = [c for c in cmds if "ntable" in c]
+    assert [c[c.index("dev") + 1] for c in probes] == ["tsbr0", "eth0", "ens1f0"]
+    assert all(c[-2:] == ["mcast_probes", "20"] for c in probes)
+    assert cmds.index(probes[1]) > cmds.index(["ip", "-n", "tsnode1", "link", "set", "eth0", "up"])
+
+
 def test_slurmd_runs_under_nsenter_not_ip_netns_exec() -> None:
     argv = slurmd_argv(cfg(), 3)
     assert argv[:2] == ["nsenter", "--net=/run/netns/tsnode3"]
