@@ -51,8 +51,8 @@ def torchslurm(*args: str, timeout_s: float = 900) -> float:
 def batch_script(nodes: int, rounds: int, out: Path) -> str:
     python, cli = sys.executable, Path(sys.executable).parent / "torchslurm"
     commands = {
-        "bare": f"env MASTER_PORT=$((21000 + round)) srun python {RANK} bare",
-        "init": f"srun python {RANK} init",
+        "bare": f"env MASTER_PORT=$((21000 + round)) srun --kill-on-bad-exit=1 python {RANK} bare",
+        "init": f"srun --kill-on-bad-exit=1 python {RANK} init",
         "run": f"{cli} run --nproc 1 {RANK} init",
     }
     lines = [
@@ -115,23 +115,22 @@ def main() -> None:
         env = status().environ
         work = Path(tempfile.mkdtemp(prefix="scale-"))  # kept: the jobs' logs, when one fails
         print(f"job scripts and logs in {work}", flush=True)
-        if True:
-            os.chmod(work, 0o755)
-            sbatch_wait(batch_script(sizes[0], 1, work / "warmup.out"), work, env, "warmup")  # page cache
-            for nodes in sizes:
-                name = f"scale{nodes}"
-                results[nodes] = timings(sbatch_wait(batch_script(nodes, args.rounds, work / f"{name}.out"),
-                                                     work, env, name))
-                print(f"{nodes} nodes: " + ", ".join(f"{w} {statistics.median(t):.1f} s" for w, t in
-                                                      results[nodes].items() if t), flush=True)
-            counted = work / "traffic.json"
-            script = "\n".join([
-                "#!/bin/bash",
-                f"#SBATCH --nodes={sizes[-1]} --ntasks-per-node=1 --time=30 --output={work}/traffic.out",
-                f'export PATH={Path(sys.executable).parent}:"$PATH" OMP_NUM_THREADS=1',
-                f"srun python {RANK} traffic {args.traffic_s} {counted}", ""])
-            sbatch_wait(script, work, env, "traffic")
-            traffic = json.loads(counted.read_text())
+        os.chmod(work, 0o755)
+        sbatch_wait(batch_script(sizes[0], 1, work / "warmup.out"), work, env, "warmup")  # page cache
+        for nodes in sizes:
+            name = f"scale{nodes}"
+            results[nodes] = timings(sbatch_wait(batch_script(nodes, args.rounds, work / f"{name}.out"),
+                                                 work, env, name))
+            print(f"{nodes} nodes: " + ", ".join(f"{w} {statistics.median(t):.1f} s" for w, t in
+                                                  results[nodes].items() if t), flush=True)
+        counted = work / "traffic.json"
+        script = "\n".join([
+            "#!/bin/bash",
+            f"#SBATCH --nodes={sizes[-1]} --ntasks-per-node=1 --time=30 --output={work}/traffic.out",
+            f'export PATH={Path(sys.executable).parent}:"$PATH" OMP_NUM_THREADS=1',
+            f"srun --kill-on-bad-exit=1 python {RANK} traffic {args.traffic_s} {counted}", ""])
+        sbatch_wait(script, work, env, "traffic")
+        traffic = json.loads(counted.read_text())
     finally:
         down_s = torchslurm("sandbox", "down")
     print(f"\nsandbox of {sizes[-1]} nodes: up {up_s:.1f} s, down {down_s:.1f} s")
