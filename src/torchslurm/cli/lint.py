@@ -72,7 +72,7 @@ def bash_syntax(text: str) -> tuple[int, str] | None:
     if ran.returncode == 0:
         return None
     err = ran.stderr.decode(errors="replace")
-    m = re.search(r"line (\d+): (.*)", err)
+    m = re.search(r"line ([0-9]+): (.*)", err)
     return (int(m.group(1)), m.group(2).strip()) if m else (1, err.strip().splitlines()[-1] if err.strip() else "")
 
 

@@ -16,11 +16,12 @@ from torchslurm.lint.allocation import leading_int
 from torchslurm.lint.options import SBATCH, long_matches
 from torchslurm.lint.parse import Script
 from torchslurm.lint.rule import Facts, Flag, rule
+from torchslurm.runtime.variables import is_digits
 
 __all__ = ["edit_distance"]
 
-_NODES_RE = re.compile(r"^(\d+)[kKmM]?(?:-(\d+)[kKmM]?)?$")  # Slurm's N or MIN-MAX (k, M: x1024)
-_GPUS_RE = re.compile(r"^(?:[^:,]+:)?\d+$")  # [type:]N
+_NODES_RE = re.compile(r"([0-9]{1,9})[kKmM]?(?:-([0-9]{1,9})[kKmM]?)?")  # Slurm's N or MIN-MAX (k, M: x1024)
+_GPUS_RE = re.compile(r"(?:[^:,]+:)?[0-9]+")  # [type:]N
 
 
 def _valid_time(value: str) -> bool:
@@ -34,16 +35,16 @@ def _valid_time(value: str) -> bool:
 
 
 def _valid_nodes(value: str) -> bool:
-    m = _NODES_RE.match(value)
+    m = _NODES_RE.fullmatch(value)
     return m is not None and int(m.group(1)) >= 1 and (m.group(2) is None or int(m.group(2)) >= int(m.group(1)))
 
 
 def _positive(value: str) -> bool:
-    return value.isdigit() and int(value) > 0  # sbatch: `Invalid numeric value "0" for --ntasks.`
+    return is_digits(value) and int(value) > 0  # sbatch: `Invalid numeric value "0" for --ntasks.`
 
 
 def _gpus(value: str) -> bool:
-    return _GPUS_RE.match(value) is not None
+    return _GPUS_RE.fullmatch(value) is not None
 
 
 # option -> (is the value valid, what it must be, a valid example)

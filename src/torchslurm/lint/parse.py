@@ -22,6 +22,7 @@ from torchslurm.lint.lines import Unclosed, commands_ending, read_lines
 from torchslurm.lint.options import SBATCH, SRUN, parse_options
 from torchslurm.lint.programs import launcher_args, procs_per_node, started, unwrap
 from torchslurm.lint.shell import ASSIGN_RE, PER_TASK_VARS, batch_marker, expand, raw_words
+from torchslurm.runtime.variables import is_digits
 
 # shell words that may come before a command on one line (`if ...; then srun ...`)
 _PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec", "}", ")"}
@@ -184,12 +185,12 @@ def _slurm_counts(d: dict[str, str]) -> dict[str, str]:
     counts = {}
     for option, names in (("nodes", ("SLURM_NNODES", "SLURM_JOB_NUM_NODES")), ("ntasks", ("SLURM_NTASKS",)),
                           ("ntasks-per-node", ("SLURM_NTASKS_PER_NODE",))):
-        if d.get(option, "").isdigit():
+        if is_digits(d.get(option, "")):
             counts.update(dict.fromkeys(names, d[option]))
     return counts
 
 
-_REDIRECT_RE = re.compile(r"^(\d*|&)(>>?|<<?<?|>&|<&|>\|)(.*)$", re.DOTALL)
+_REDIRECT_RE = re.compile(r"([0-9]*|&)(>>?|<<?<?|>&|<&|>\|)(.*)", re.DOTALL)
 DECLARE = frozenset({"export", "declare", "local", "readonly", "typeset"})
 """Builtins whose arguments are assignments."""
 

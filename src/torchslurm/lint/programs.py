@@ -12,10 +12,11 @@ from pathlib import PurePosixPath
 
 from torchslurm.lint.options import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, LAUNCHER_FLAGS
 from torchslurm.lint.shell import ASSIGN_RE
+from torchslurm.runtime.variables import is_digits
 
 __all__ = ["launcher_args", "procs_per_node", "started", "unwrap"]
 
-_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PYTHON_RE = re.compile(r"python([0-9]+(\.[0-9]+)?)?")
 _LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
                    "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed",
                    "multiproc": "multiproc", "apex.parallel.multiproc": "multiproc"}
@@ -25,7 +26,7 @@ _LAUNCH_SCRIPTS = {"deepy.py": "deepy", "multiproc.py": "multiproc"}
 _TOOL_MODULES = frozenset({"pip", "venv", "ensurepip", "json.tool", "http.server", "site", "compileall", "py_compile",
                            "timeit", "pytest", "torch.utils.collect_env"})
 # python's own options (`python -u -X faulthandler -m ...`): flags that may be grouped, and those taking a value
-_PYTHON_FLAGS_RE = re.compile(r"^-[bBdEiIOqsSuvR]+$")
+_PYTHON_FLAGS_RE = re.compile(r"-[bBdEiIOqsSuvR]+")
 _PYTHON_VALUED = ("-X", "-W")
 # each launcher's options that take no value
 _LAUNCHER_FLAGS: dict[str, AbstractSet[str]] = {
@@ -105,7 +106,7 @@ def started(words: list[str]) -> tuple[str | None, list[str]] | None:
         return "accelerate", rest[1:]
     if name == "colossalai" and rest[:1] == ["run"]:
         return "colossalai", rest[1:]
-    if not _PYTHON_RE.match(name):
+    if not _PYTHON_RE.fullmatch(name):
         return None
     after = _after_python_options(rest)
     if len(after) >= 2 and after[0] == "-m":  # `python -u -m torch.distributed.run`, `python -m pkg.train`
@@ -123,7 +124,7 @@ def _after_python_options(args: list[str]) -> list[str]:
     """python's arguments after its own options (`-u`, `-OO`, `-X faulthandler`, `-W ignore`)."""
     i = 0
     while i < len(args):
-        if _PYTHON_FLAGS_RE.match(args[i]):
+        if _PYTHON_FLAGS_RE.fullmatch(args[i]):
             i += 1
         elif args[i] in _PYTHON_VALUED:
             i += 2
@@ -140,12 +141,12 @@ def procs_per_node(launcher: str | None, opts: dict[str, str]) -> int | None:
         value = opts.get("num-gpus")
     elif launcher == "accelerate":
         procs, machines = opts.get("num-processes", ""), opts.get("num-machines", "1")
-        if procs.isdigit() and machines.isdigit() and int(machines) > 0:
+        if is_digits(procs) and is_digits(machines) and int(machines) > 0:
             return int(procs) // int(machines)
         return None
     else:
         value = opts.get("nproc-per-node")
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and is_digits(value) else None
 
 
 def _dashes(word: str) -> str:

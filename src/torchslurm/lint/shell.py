@@ -306,7 +306,7 @@ def _braced(raw: str, lookup: Lookup) -> tuple[str, bool]:
     return raw, False
 
 
-_ARITH_RE = re.compile(r"^[0-9+\-*/%() \t]+$")
+_ARITH_RE = re.compile(r"[0-9+\-*/%() \t]+")
 
 
 def _arithmetic(expression: str, lookup: Lookup) -> str | None:
@@ -320,14 +320,14 @@ def _arithmetic(expression: str, lookup: Lookup) -> str | None:
     marked = batch_expanded(text)
     if marked:
         return batch_marker(marked)
-    if not _ARITH_RE.match(text):
+    if not _ARITH_RE.fullmatch(text):
         return None
     return _evaluate(text)
 
 
 def _evaluate(text: str) -> str | None:
     """Integer arithmetic as bash does it (division truncates toward zero)."""
-    tokens = re.findall(r"\d+|[-+*/%()]", text)
+    tokens = re.findall(r"[0-9]+|[-+*/%()]", text)
     pos = 0
 
     def atom() -> int:

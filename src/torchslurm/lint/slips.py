@@ -27,7 +27,7 @@ _DIRECTIVE_LIKE_RE = re.compile(r"^(?:\s+#\s*|#\s+)SBATCH\s")
 
 def _looks_like_a_value(word: str) -> bool:
     """After `VAR= `: a number, an upper-case word, a quoted string, an expansion; not a command name."""
-    return bool(re.match(r"""^(\d|["'$]|[A-Z][A-Z0-9_]*$|.*[,:=])""", word))
+    return bool(re.match(r"""([0-9]|["'$]|[A-Z][A-Z0-9_]*\Z|.*[,:=])""", word))
 
 
 def _assign_spaces(s: Script) -> Iterator[tuple[int, str, str]]:

@@ -33,7 +33,7 @@ STATE_FILE = "state.pt"
 MARKER = "COMPLETE"
 TENSORS_FILE = "tensors.pt"
 SHARDS = "shards"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
+_STEP_DIR = re.compile(r"step-([0-9]+)")
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -132,7 +132,7 @@ def complete(root: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for child in Path(root).iterdir():
-        match = _STEP_DIR.match(child.name)
+        match = _STEP_DIR.fullmatch(child.name)
         if match and (child / MARKER).is_file():
             found.append((int(match.group(1)), child))
     return sorted(found)
