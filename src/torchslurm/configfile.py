@@ -76,15 +76,16 @@ def _loader() -> type[yaml.SafeLoader]:
     class Loader(yaml.SafeLoader):
         depth = nodes = 0
 
-        def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             self.depth, self.nodes = self.depth + 1, self.nodes + 1
             try:
                 if self.depth > MAX_DEPTH:
+                    event = self.peek_event()  # type: ignore[no-untyped-call]
                     raise ConfigError(f"nests lists or mappings more than {MAX_DEPTH} deep "
-                                      f"({_at(self.peek_event().start_mark)}).", _SIMPLER)
+                                      f"({_at(event.start_mark)}).", _SIMPLER)
                 if self.nodes > MAX_VALUES:  # early: PyYAML composes some 10,000 values a second
                     raise _too_many()
-                return super().compose_node(parent, index)  # type: ignore[no-any-return]
+                return super().compose_node(parent, index)
             finally:
                 self.depth -= 1
 

@@ -72,6 +72,18 @@ def no_shebang(x: Facts) -> Iterator[Flag]:
                "(\"This does not look like a batch script\").", "#!/bin/bash as the very first line.")
 
 
+@rule("dos-line-breaks", ("error",), "DOS line breaks (`\\r\\n`: saved on Windows): sbatch refuses the script.")
+def dos_line_breaks(x: Facts) -> Iterator[Flag]:
+    """sbatch refuses a script with `\\r\\n` anywhere in it ("Batch script contains DOS line breaks (\\r\\n) instead
+    of expected UNIX line breaks (\\n)"); bash would read each `\\r` as part of a word (`--nodes=2\\r`)."""
+    at = x.script.text.find("\r\n")
+    if at >= 0:
+        line = x.script.text.count("\n", 0, at) + 1
+        yield Flag("error", "this line ends in a DOS line break (\\r\\n): sbatch refuses a script with any (\"Batch "
+                   "script contains DOS line breaks\").", "convert them to UNIX line breaks: dos2unix SCRIPT, or "
+                   "sed -i 's/\\r$//' SCRIPT.", line)
+
+
 # options that SPANK plugins add to sbatch on GPU clusters (pyxis: --container-image, --container-mounts, ...)
 _PLUGIN_PREFIXES = ("container-", "no-container-")
 

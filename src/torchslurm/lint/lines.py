@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from torchslurm.lint.shell import array_scan, scan
+from torchslurm.lint.shell import NAME_START, array_scan, scan
 
 _WORD_BREAK = " \t\n;&|()<>"
 
@@ -22,26 +22,35 @@ NO_END = "<<noend"
 
 def _syntax(text: str) -> Iterator[tuple[int, str]]:
     """Index and character of what bash reads as syntax: outside quotes (also `$'...'`), escapes,
-    comments, array assignments and heredoc bodies.
+    comments, array assignments and heredoc bodies. Characters that can change nothing (letters, digits,
+    most punctuation) are passed over in runs, not yielded: the readers look only at the others.
 
     An unquoted backslash-newline (a line continuation) comes out as one item, both characters.
     A heredoc body comes out as one item, `<<body`, at the newline that ends its delimiter line; one that
     runs to the end of the text first gives `NO_END` at its `<<`. A quote or expansion that never closes
-    ends the items with `OPEN` at its opening index.
+    ends the items with `OPEN` at its opening index. Linear in the length of the text.
     """
     i, quote, quote_at, word_start = 0, "", 0, True
     heredocs: list[tuple[str, bool, int]] = []  # (delimiter, strip leading tabs, index): bodies after this line
+    shift = _ShiftCheck(text)
     while i < len(text):
         ch = text[i]
-        if quote == "'":
-            quote = "" if ch == "'" else quote
-        elif quote in ('"', "$'"):
+        if text[i - 1:i] in ("\n", "") and not quote and not heredocs and (plain := _PLAIN_LINE.match(text, i)):
+            i = plain.end() - 1  # a line of words and blanks alone (most of a long script): only its newline counts
+            yield i, "\n"
+            i += 1
+            continue
+        if quote:
+            special = (_IN_SINGLE if quote == "'" else _IN_DOUBLE if quote == '"' else _IN_DOLLAR).search(text, i)
+            if special is None:
+                break
+            i, ch = special.start(), special.group()
             if ch == "\\":
                 i += 1  # \" \\ \$ \' and backslash-newline: the next character is not syntax
             elif ch == quote[-1]:
                 quote = ""
-            elif quote == '"' and (ch == "`" or text.startswith(("$(", "${"), i)):
-                end, closed = scan(text, i)  # "$(cmd "$x" | head)": the inner quotes are its own
+            elif ch == "`" or text.startswith(("$(", "${"), i):  # "$(cmd "$x" | head)": the inner quotes are its own
+                end, closed = scan(text, i)
                 if not closed:
                     yield i, OPEN
                     return
@@ -52,7 +61,7 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
             i += 1
         elif ch in "'\"":
             quote, quote_at = ch, i
-        elif ch == "`" or text.startswith(("$(", "${"), i) or (word_start and array_scan(text, i)):
+        elif ch == "`" or text.startswith(("$(", "${"), i) or (word_start and ch in NAME_START and array_scan(text, i)):
             end, closed = array_scan(text, i) or scan(text, i)  # run at run time, or `A=(...)`: one piece
             if not closed:
                 yield i, OPEN
@@ -72,8 +81,14 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
                     yield at, NO_END
                 yield i, "<<body"
             heredocs = []
+        elif ch in " \t":  # blanks: they only end a word
+            i, word_start = i + 1, True
+            continue
+        elif ch not in _WORD_BREAK:  # a run of plain characters: a word or part of one
+            i, word_start = _PLAIN.match(text, i).end(), False  # type: ignore[union-attr]  # ch itself matches
+            continue
         else:
-            if _heredoc_starts(text, i):
+            if ch == "<" and text.startswith("<<", i) and not shift(i):
                 heredocs.append((*_heredoc_delimiter(text, i + 2), i))
             yield i, ch
         word_start = not quote and ch in _WORD_BREAK
@@ -84,20 +99,47 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
         yield at, NO_END
 
 
-def _heredoc_starts(text: str, i: int) -> bool:
-    """`<<` at i is a heredoc: not `<<<` (a here-string), not a shift in `(( ))` or `$(( ))`."""
-    if not text.startswith("<<", i) or text.startswith("<<<", i) or text[i - 1:i] == "<":
-        return False
-    line = text[text.rfind("\n", 0, i) + 1:i]
-    return line.count("((") <= line.count("))")
+_PLAIN_LINE = re.compile(r"[^\\'\"`$#<>();&|\n]*\n")
+_IN_SINGLE = re.compile(r"'")
+_IN_DOUBLE = re.compile(r"[\\\"`]|\$[({]")
+_IN_DOLLAR = re.compile(r"[\\']")
+_PLAIN = re.compile(r"[^\\'\"`$#\n \t;&|()<>]+|[$#]")
+
+
+class _ShiftCheck:
+    """Whether a `<<` is a shift, not a heredoc: `<<<` (a here-string), or inside `(( ))` or `$(( ))` (its line
+    has more `((` than `))` before it). Each line's `((` and `))` are found once, so a line of many `<<` costs
+    linear time."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.start, self.end = text, -1, -1
+        self.opens: list[int] = []
+        self.closes: list[int] = []
+
+    def __call__(self, i: int) -> bool:
+        text = self.text
+        if text.startswith("<<<", i) or text[i - 1:i] == "<":
+            return True
+        if not self.start <= i < self.end:  # a new line: the same matches str.count finds, left to right
+            self.start = text.rfind("\n", 0, i) + 1
+            end = text.find("\n", i)
+            self.end = len(text) if end < 0 else end
+            line = text[self.start:self.end]
+            self.opens = [m.start() + self.start for m in _OPENS.finditer(line)] if "((" in line else []
+            self.closes = [m.start() + self.start for m in _CLOSES.finditer(line)] if self.opens else []
+        return bisect.bisect_right(self.opens, i - 2) > bisect.bisect_right(self.closes, i - 2)
+
+
+_OPENS, _CLOSES = re.compile(r"\(\("), re.compile(r"\)\)")
+_UNQUOTE = re.compile(r"""\\(.)|['"]""")
+_DELIMITER = re.compile(r"""[ \t]*((?:[^\s;&|()<>'"\\]|\\.|'[^']*'|"[^"]*")*)""")
 
 
 def _heredoc_delimiter(text: str, i: int) -> tuple[str, bool]:
     """After `<<`: the delimiter word with its quotes removed, and whether `<<-` strips tabs."""
     strip_tabs = text[i:i + 1] == "-"
-    rest = text[i + strip_tabs:].lstrip(" \t")
-    word = re.match(r"""(?:[^\s;&|()<>'"\\]|\\.|'[^']*'|"[^"]*")*""", rest)
-    return re.sub(r"""\\(.)|['"]""", r"\1", word.group(0) if word else ""), strip_tabs
+    word = _DELIMITER.match(text, i + strip_tabs)
+    return _UNQUOTE.sub(r"\1", word.group(1) if word else ""), strip_tabs
 
 
 def _heredoc_end(text: str, start: int, delimiter: str, strip_tabs: bool) -> tuple[int, bool]:
@@ -124,6 +166,9 @@ class Unclosed:
     heredoc: bool
     """A heredoc with no delimiter line: bash reads the rest as its text (else lint cannot tell where the
     quote or expansion ends, and bash likely cannot either)."""
+    nested: bool = False
+    """Code inside code (`eval`, `bash -c`) deeper than lint reads (shell.MAX_NESTING): not a quote left open,
+    but it is not read either."""
 
 
 @dataclass(frozen=True)
@@ -201,8 +246,13 @@ def commands(line: str) -> list[str]:
     return [part for part, _ in commands_ending(line)]
 
 
+_COMMAND_SYNTAX = re.compile(r"[\\'\"`$#<>();&|\n]")
+
+
 def commands_ending(line: str) -> list[tuple[str, bool]]:
     """commands(line), each with whether it ends in a lone `&` (runs in the background)."""
+    if _COMMAND_SYNTAX.search(line) is None:  # no quote, separator or expansion: one command (a fast path)
+        return [(line.strip(), False)] if line.strip() else []
     parts: list[tuple[str, bool]] = []
     start = 0
     for i, ch in _syntax(line):

@@ -6,6 +6,7 @@ and a launcher's own options up to the training script. Pure, part of `lint`.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Set as AbstractSet
 from pathlib import PurePosixPath
@@ -14,7 +15,7 @@ from torchslurm.lint.options import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, LAUNCHER_
 from torchslurm.lint.shell import ASSIGN_RE
 from torchslurm.runtime.variables import is_digits
 
-__all__ = ["launcher_args", "procs_per_node", "started", "unwrap"]
+__all__ = ["launcher_args", "procs_per_node", "program_name", "started", "unwrap"]
 
 _PYTHON_RE = re.compile(r"python([0-9]+(\.[0-9]+)?)?")
 _LAUNCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
@@ -66,10 +67,17 @@ _SINGULARITY_FLAGS = frozenset({
 _ENROOT_FLAGS = frozenset({"root", "r", "rw", "w"})
 
 
+@functools.lru_cache(maxsize=1024)
+def program_name(word: str) -> str:
+    """The program a command word names: `/usr/bin/srun` -> `srun` (kept for the words a script repeats: a
+    path is slow to build, and a long script names the same few programs on every line)."""
+    return PurePosixPath(word).name
+
+
 def unwrap(words: list[str]) -> list[str] | None:
     """The command a wrapper runs (`env X=1 cmd`, `apptainer exec --nv img.sif cmd`, `enroot start img cmd`,
     `nohup`, `stdbuf`, `numactl`), or None when words[0] wraps nothing lint knows."""
-    name = PurePosixPath(words[0]).name
+    name = program_name(words[0])
     if name in ("env", "nohup", "stdbuf", "numactl", "time", "exec", "command", "setsid", "ionice", "nice"):
         rest = words[1:]
         while rest and (rest[0].startswith("-") or (name == "env" and ASSIGN_RE.match(rest[0]))):
@@ -99,7 +107,7 @@ def _after_options(words: list[str], flags: frozenset[str]) -> list[str]:
 def started(words: list[str]) -> tuple[str | None, list[str]] | None:
     """What `words` start: a launcher (its name, and the words after it), plain python training (None and its
     arguments: `python train.py`, `python -m pkg.train`), or None when they start no training."""
-    name, rest = PurePosixPath(words[0]).name, words[1:]
+    name, rest = program_name(words[0]), words[1:]
     if name in ("torchrun", "deepspeed"):
         return name, rest
     if name == "accelerate" and rest[:1] == ["launch"]:
@@ -116,7 +124,7 @@ def started(words: list[str]) -> tuple[str | None, list[str]] | None:
         return None if module.split(".")[0] in _TOOL_MODULES or module in _TOOL_MODULES else (None, after[2:])
     if not after or after[0].startswith("-"):
         return None  # `python -c ...`, `python --version`, an interactive python: not training
-    script = PurePosixPath(after[0]).name
+    script = program_name(after[0])
     return (_LAUNCH_SCRIPTS[script], after[1:]) if script in _LAUNCH_SCRIPTS else (None, after)
 
 
