@@ -63,7 +63,8 @@ def test_cli_refuses_a_fifo_a_device_and_a_script_past_sbatchs_size_without_read
     (tmp_path / "good.sbatch").write_text("#!/bin/bash\n#SBATCH -N 1\nsrun -K python t.py\n")
     assert main(["lint", "fifo.sbatch", "zero.sbatch", "big.sbatch", "good.sbatch"]) == 2
     out, err = capsys.readouterr()
-    hint = "HINT: pass the sbatch script itself; to lint what a command writes, pipe it in: COMMAND | torchslurm lint -."
+    hint = ("HINT: pass the sbatch script itself; to lint what a command writes, pipe it in: "
+            "COMMAND | torchslurm lint -.")
     assert (out, err.splitlines()) == ("good.sbatch: ok\n", [
         f"error: fifo.sbatch is a named pipe (FIFO), not a regular file: lint reads script files. {hint}",
         f"error: zero.sbatch is a character device, not a regular file: lint reads script files. {hint}",
