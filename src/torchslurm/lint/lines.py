@@ -61,8 +61,8 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
             i += 1
         elif ch in "'\"":
             quote, quote_at = ch, i
-        elif ch == "`" or text.startswith(("$(", "${"), i) or (word_start and ch in NAME_START and array_scan(text, i)):
-            end, closed = array_scan(text, i) or scan(text, i)  # run at run time, or `A=(...)`: one piece
+        elif ch == "`" or text.startswith(("$(", "${"), i):
+            end, closed = scan(text, i)  # run at run time: one piece
             if not closed:
                 yield i, OPEN
                 return
@@ -81,11 +81,17 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
                     yield at, NO_END
                 yield i, "<<body"
             heredocs = []
-        elif ch in " \t":  # blanks: they only end a word
-            i, word_start = i + 1, True
-            continue
-        elif ch not in _WORD_BREAK:  # a run of plain characters: a word or part of one
-            i, word_start = _PLAIN.match(text, i).end(), False  # type: ignore[union-attr]  # ch itself matches
+        elif ch not in _SYNTAX:  # words and blanks: only an array assignment (`A=(`) among them matters
+            end = _PLAIN.match(text, i).end()  # type: ignore[union-attr]  # ch itself matches
+            array = _array_at(text, i, end, word_start)
+            if array is None:
+                i, word_start = end, text[end - 1] in " \t"
+                continue
+            at, after, closed = array
+            if not closed:
+                yield at, OPEN
+                return
+            i, word_start = after, False
             continue
         else:
             if ch == "<" and text.startswith("<<", i) and not shift(i):
@@ -103,7 +109,22 @@ _PLAIN_LINE = re.compile(r"[^\\'\"`$#<>();&|\n]*\n")
 _IN_SINGLE = re.compile(r"'")
 _IN_DOUBLE = re.compile(r"[\\\"`]|\$[({]")
 _IN_DOLLAR = re.compile(r"[\\']")
-_PLAIN = re.compile(r"[^\\'\"`$#\n \t;&|()<>]+|[$#]")
+_SYNTAX = frozenset("\\'\"`$#\n;&|()<>")
+_PLAIN = re.compile(r"[^\\'\"`$#\n;&|()<>]+|[$#]")
+
+
+def _array_at(text: str, start: int, end: int, word_start: bool) -> tuple[int, int, bool] | None:
+    """If the run of words and blanks text[start:end] ends in a word that starts an array assignment
+    (`ARGS=(`, `ARGS+=(`): where it starts, the index after it and whether it closes (array_scan). Only
+    such a run is looked at twice."""
+    if text[end - 1:end + 1] != "=(":
+        return None
+    blank = max(text.rfind(" ", start, end), text.rfind("\t", start, end))
+    at = blank + 1 if blank >= 0 else start
+    if not (blank >= 0 or word_start) or text[at] not in NAME_START:
+        return None
+    found = array_scan(text, at)
+    return None if found is None else (at, *found)
 
 
 class _ShiftCheck:
@@ -246,12 +267,12 @@ def commands(line: str) -> list[str]:
     return [part for part, _ in commands_ending(line)]
 
 
-_COMMAND_SYNTAX = re.compile(r"[\\'\"`$#<>();&|\n]")
+_COMMAND_SYNTAX = re.compile(r"[;&|()\n]")
 
 
 def commands_ending(line: str) -> list[tuple[str, bool]]:
     """commands(line), each with whether it ends in a lone `&` (runs in the background)."""
-    if _COMMAND_SYNTAX.search(line) is None:  # no quote, separator or expansion: one command (a fast path)
+    if _COMMAND_SYNTAX.search(line) is None:  # no separator, quoted or not: one command (a fast path)
         return [(line.strip(), False)] if line.strip() else []
     parts: list[tuple[str, bool]] = []
     start = 0
