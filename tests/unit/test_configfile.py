@@ -127,7 +127,7 @@ def test_an_integer_of_thousands_of_digits_is_refused(tmp_path: Path, name: str,
 
 @pytest.mark.parametrize("item", ["epochs=" + "9" * 5001, "lr=" + "[" * 5000, "seed=" + "1" * 101])
 def test_a_huge_key_value_override_is_refused(item: str) -> None:
-    with pytest.raises(ConfigError, match=rf"^the value of '{item.split('=')[0]}' (holds an integer|nests).*HINT"):
+    with pytest.raises(ConfigError, match=rf"^the value of {item.split('=')[0]} (holds an integer|nests).*HINT"):
         trainconfig.load(None, [item])
 
 

@@ -280,7 +280,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
             result[name] = text  # verbatim: run_dir=2024-01-01 or resume=007 stay text
             continue
         try:
-            result[name] = load_yaml(text, f"the value of {shown(name)}") if text else ""  # YAML 1.2: lr=1e-3
+            result[name] = load_yaml(text, f"the value of {shown(name)[1:-1]}") if text else ""  # YAML 1.2: lr=1e-3
         except yaml.YAMLError:
             result[name] = text
     return result
