@@ -6,9 +6,34 @@ are joined into one text in one place (`render`), and nothing parses a hint back
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable, Sequence
 
 from torchslurm.exitcodes import USAGE_EXIT_CODE
+
+
+class _Short(reprlib.Repr):
+    """repr() cut to a length a message can hold; an integer too long for repr() is described instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxstring, self.maxother, self.maxlong = 200, 200, 60
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = 8
+        self.maxlevel = 3
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 200:  # past ~60 digits; repr() itself refuses past 4300
+            return f"<an integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _Short()
+
+
+def shown(value: object) -> str:
+    """repr(value) for a message, cut short: a value read from a file or a flag may be huge (a
+    megabyte of text, a list that YAML aliases repeat a million times), and its message must not be."""
+    return _SHORT.repr(value)
 
 
 def render(message: str, hint: str | None) -> str:
@@ -61,12 +86,13 @@ class ConfigError(TorchSlurmError, ValueError):
 def not_one_of(what: str, value: object, choices: Iterable[object], hint: str | None = None) -> ConfigError:
     """The one phrasing for a value outside a fixed set: `what=value` is not one of the choices."""
     listed = ", ".join(str(c) for c in choices)
-    return ConfigError(f"{what}={value!r} is not one of {listed}.", hint or f"set {what} to one of: {listed}.")
+    return ConfigError(f"{what}={shown(value)} is not one of {listed}.", hint or f"set {what} to one of: {listed}.")
 
 
 def below_minimum(what: str, value: object, minimum: object, hint: str | None = None) -> ConfigError:
     """The one phrasing for a number under its minimum: `what=value` must be at least `minimum`."""
-    return ConfigError(f"{what}={value!r} must be at least {minimum}.", hint or f"set {what} to {minimum} or more.")
+    return ConfigError(f"{what}={shown(value)} must be at least {minimum}.",
+                       hint or f"set {what} to {minimum} or more.")
 
 
 class EnvError(TorchSlurmError):

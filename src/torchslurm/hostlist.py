@@ -29,10 +29,10 @@ MAX_HOSTS = 64 * 1024
 _MAX_NUMBER = 2**64 - 2
 # Outside brackets Slurm splits on these; inside brackets they are an error for us.
 _SEPARATORS = frozenset(", \t\n")
-_ITEM = re.compile(r"(\d+)(?:-(\d+))?")
-_COUNT = re.compile(r"(\d+)(?:\(x(\d+)\))?")
+_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_COUNT = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
 _HINT_NAMES = 4  # full names shown in a hint
-_TRAILING_NUMBER = re.compile(r"^(.*?)(\d{1,18})$", re.DOTALL)
+_TRAILING_NUMBER = re.compile(r"(.*?)([0-9]{1,18})", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def compress(hosts: Iterable[str]) -> str:
     run_numbers: list[str] = []
     for host in hosts:
         _check_host(host)
-        match = _TRAILING_NUMBER.match(host)
+        match = _TRAILING_NUMBER.fullmatch(host)
         if match is None:
             _flush(parts, run_prefix, run_numbers)
             run_prefix, run_numbers = None, []

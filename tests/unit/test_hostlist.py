@@ -348,3 +348,11 @@ def test_every_example_in_a_hint_is_itself_valid(expression: str) -> None:
     examples = re.findall(r"e\.g\. '([^']*)'", caught.value.hint or "")
     for example in examples:
         assert expand(example)
+
+
+@pytest.mark.parametrize("call", [lambda: expand("node[١-٢]"), lambda: expand("gpu[٣]"),
+                                  lambda: expand_counts("٢(x3)"), lambda: expand_counts("2(x٣)")])
+def test_other_scripts_digits_are_not_slurm_numbers(call: object) -> None:
+    """`\\d` takes `٣`, and int() reads it as 3: a hostlist Slurm never wrote would name real nodes."""
+    with pytest.raises(HostlistError, match="HINT"):
+        call()  # type: ignore[operator]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from torchslurm.cli.sandbox import hint_sandbox
-from torchslurm.errors import ConfigError
+from torchslurm.errors import ConfigError, shown
+from torchslurm.runtime.variables import is_digits
 
 # The names scancel --signal knows (Slurm src/common/proc_args.c, signals_mapping), in its order;
 # it also takes them with a SIG prefix, in any case, or as a number.
@@ -31,9 +32,9 @@ def check_signal(text: str) -> str:
     name = text.strip().upper().removeprefix("SIG")
     if name in SCANCEL_SIGNALS:
         return name
-    if name.isdigit() and 1 <= int(name) <= 64:
+    if is_digits(name) and 1 <= int(name) <= 64:
         return str(int(name))
-    raise ConfigError(f"--signal={text!r} is not a signal scancel knows.", "use one of "
+    raise ConfigError(f"--signal={shown(text)} is not a signal scancel knows.", "use one of "
                       f"{', '.join(SCANCEL_SIGNALS)} (SIG prefix optional) or a signal number; a preemptible "
                       "job checkpoints and stops on its spec's signal (USR2 by default).")
 

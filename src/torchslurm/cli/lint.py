@@ -11,6 +11,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -35,17 +36,48 @@ def _script_arg(arg: str) -> Path | None:
     return None if arg == "-" else Path(arg)
 
 
+MAX_SCRIPT_BYTES = 4 << 20
+"""sbatch's own limit by default (slurm.conf SchedulerParameters=max_script_size, 4 MiB)."""
+_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _read_bytes(path: Path | None, shown: str) -> bytes:
+    """At most MAX_SCRIPT_BYTES + 1 bytes of the script; a path that is not a regular file is refused before
+    it is read (a FIFO would block lint, /dev/zero would fill its memory)."""
+    if path is None:
+        return sys.stdin.buffer.read(MAX_SCRIPT_BYTES + 1)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO without O_NONBLOCK waits for a writer
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        kind = next((name for test, name in _NOT_REGULAR if test(mode)), None if stat.S_ISREG(mode) else "no file")
+        if kind is not None:
+            raise ConfigError(f"{shown} is {kind}, not a regular file: lint reads script files.",
+                              "pass the sbatch script itself; to lint what a command writes, pipe it in: "
+                              "COMMAND | torchslurm lint -.")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(MAX_SCRIPT_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
 def read_script(path: Path | None) -> str:
     """The text of `path` (None: standard input), or a ConfigError saying why lint cannot read it as an sbatch
     script."""
     shown = _shown(path)
     try:
-        data = sys.stdin.buffer.read() if path is None else path.read_bytes()
+        data = _read_bytes(path, shown)
     except OSError as exc:
         hint = {errno.EISDIR: f"pass the script files in it, e.g. torchslurm lint {shown}/*.sbatch",
                 errno.EACCES: f"check its permissions: ls -l {shown}"}.get(
             exc.errno or 0, f"check the path (a relative path starts at {_shown(Path.cwd())})")
         raise ConfigError(f"cannot read {shown}: {exc.strerror}.", f"{hint}.") from exc
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise ConfigError(f"{shown} is larger than {MAX_SCRIPT_BYTES >> 20} MiB, which sbatch refuses by default "
+                          "(SchedulerParameters=max_script_size).", "pass the sbatch script itself; keep data out "
+                          "of it (read it from a file the script names).")
     nul = data.find(b"\0")
     if nul >= 0:  # the Slurm controller refuses such scripts too
         raise ConfigError(f"{shown} is not a text file (a NUL byte at offset {nul}).",
@@ -72,7 +104,7 @@ def bash_syntax(text: str) -> tuple[int, str] | None:
     if ran.returncode == 0:
         return None
     err = ran.stderr.decode(errors="replace")
-    m = re.search(r"line (\d+): (.*)", err)
+    m = re.search(r"line ([0-9]+): (.*)", err)
     return (int(m.group(1)), m.group(2).strip()) if m else (1, err.strip().splitlines()[-1] if err.strip() else "")
 
 

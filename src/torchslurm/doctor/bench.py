@@ -33,7 +33,7 @@ OPS = ("all_reduce", "all_gather", "broadcast")
 DEFAULT_SIZES = "1K,64K,1M,16M,64M"
 ELEMENT_BYTES = 4  # float32
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(I?B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"\s*([0-9]{1,15})\s*([KMG]?)(I?B)?\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     """'1K,64K,1M' → bytes (binary units like nccl-tests: 1K = 1024; B, KB, KiB accepted)."""
     sizes = []
     for part in (p for p in text.split(",") if p.strip()):
-        match = _SIZE.match(part)
+        match = _SIZE.fullmatch(part)
         if match is None or int(match.group(1)) == 0:
             raise ConfigError(f"--sizes: {part.strip()!r} is not a message size.",
                               "sizes such as --sizes 4K,1M,64M (bytes, with K/M/G = 1024-based units).")

@@ -12,6 +12,7 @@ from torchslurm import hostlist
 from torchslurm.errors import EnvError, TorchSlurmError
 from torchslurm.runtime import distenv
 from torchslurm.runtime.netif import IfAddr
+from torchslurm.runtime.variables import is_digits
 from torchslurm.severity import Status as Status  # re-exported: the checks name it from here
 
 WORDS: dict[Status, str] = {"ok": "ok", "info": "info", "warning": "warn", "error": "fail"}
@@ -175,7 +176,7 @@ def slurm_nodes(env: distenv.DistEnv, environ: Mapping[str, str]) -> list[str]:
 def num_nodes(env: distenv.DistEnv, environ: Mapping[str, str]) -> int:
     if env.launcher == "batch":
         value = environ.get("SLURM_NNODES", environ.get("SLURM_JOB_NUM_NODES", "1"))
-        return int(value) if value.isdigit() else 1
+        return int(value) if is_digits(value) else 1
     return env.num_nodes
 
 

@@ -166,7 +166,7 @@ def _check_time(spec: JobSpec, sp: Spelling) -> list[Finding]:
         return [Finding("info", "time-read-as", f"{sp.given('time', spec.time)} means no time limit: Slurm reads "
                         "0 as UNLIMITED (the partition's MaxTime still applies).",
                         f"give the limit you mean, e.g. {sp.setting('time', '4:00:00')}")]
-    match = TIME_PATTERN.match(spec.time.strip())
+    match = TIME_PATTERN.fullmatch(spec.time.strip())
     assert match is not None  # JobSpec refused any other time
     days, *fields = match.groups()
     numbers = [int(x) for x in fields if x is not None]

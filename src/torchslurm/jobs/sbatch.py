@@ -23,6 +23,7 @@ from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
 from torchslurm.jobs.spec import JobSpec, spec_json
 from torchslurm.runtime.launch import AGENT_MODULE
 from torchslurm.runtime.ports import MAKE_JOB_SECRET, SECRET_PORT_EXPR
+from torchslurm.runtime.startsignals import HELD_NOT
 
 # C isspace() in the C locale, which sbatch uses; Python's str.isspace() knows more characters
 C_SPACE = " \t\n\v\f\r"
@@ -174,21 +175,30 @@ def _command(spec: JobSpec) -> list[str]:
     return [spec.script, *spec.args]
 
 
+def _ignoring_the_warning(spec: JobSpec, name: str) -> list[str]:
+    """`bash -c 'trap "" SIG; exec "$@"' NAME` before a command: it starts with the job's warning signal
+    ignored (inherited across exec), for the warning may come while it starts, and USR1/USR2 would end it.
+    Nothing for a signal that also means "end now" (runtime.startsignals.HELD_NOT)."""
+    if not spec.preemptible or spec.signal in HELD_NOT:
+        return []
+    return ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', name]
+
+
 def _srun_lines(spec: JobSpec) -> list[str]:
-    argv = ["srun", *_srun_options(spec), spec.python, *_command(spec)]
+    # a rank importing torch or loading data has no handler yet; torchslurm.init() records the signal from
+    # then on and the Trainer's handlers take it over (runtime.startsignals)
+    argv = ["srun", *_srun_options(spec), *_ignoring_the_warning(spec, "torchslurm-rank"), spec.python,
+            *_command(spec)]
     return ["# one Slurm task per rank; torchslurm.init() finds the master address and port from SLURM_*",
             " ".join(shlex.quote(a) for a in argv)]
 
 
 def _torchrun_lines(spec: JobSpec) -> list[str]:
     srun = ["srun", *_srun_options(spec)]
-    wrap: list[str] = []
-    if spec.preemptible and spec.signal not in ("TERM", "INT", "HUP"):
-        # slurmstepd signals the workers directly. torchrun's agent treats any signal it
-        # handles as a reason to stop its workers, and an unhandled USR1/USR2 would kill it,
-        # so the agent ignores the warning signal (inherited across exec; the workers install
-        # their own handler).
-        wrap = ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchrun-agent"]
+    # slurmstepd signals the workers directly. torchrun's agent treats any signal it handles as a reason
+    # to stop its workers, and an unhandled USR1/USR2 would kill it, so the agent ignores the warning
+    # signal (the workers inherit that until torchslurm.init() and the Trainer handle it)
+    wrap = _ignoring_the_warning(spec, "torchrun-agent")
     # torchrun's agent, quiet after a stop on request: no traceback when Slurm's SIGTERM reaches it
     agent = [spec.python, "-m", AGENT_MODULE, f"--nproc-per-node={spec.ranks_per_node}", "--rdzv-backend=c10d"]
     if spec.max_restarts:

@@ -21,6 +21,7 @@ from signal import SIGTERM
 from typing import Protocol
 
 from torchslurm.errors import SlurmError
+from torchslurm.runtime.variables import is_digits
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class NodeInfo:
 
 # sinfo -N fields, tab-separated: node, partition (`*` = default), CPUs, GRES, memory (MB)
 SINFO_FORMAT = "%N\t%P\t%c\t%G\t%m"
-_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:([0-9]{1,9})")
 
 
 def gpus_of_gres(gres: str) -> int:
@@ -172,8 +173,8 @@ def parse_sinfo_nodes(stdout: str) -> list[NodeInfo]:
                              "an SINFO_FORMAT variable may override -o; unset it.")
         name, partition, cpus, gres, memory = parts
         out.append(NodeInfo(name=name, partition=partition.rstrip("*"), default=partition.endswith("*"),
-                            cpus=int(cpus) if cpus.isdigit() else 0, gpus=gpus_of_gres(gres),
-                            memory_mb=int(memory) if memory.isdigit() else 0))
+                            cpus=int(cpus) if is_digits(cpus) else 0, gpus=gpus_of_gres(gres),
+                            memory_mb=int(memory) if is_digits(memory) else 0))
     return out
 
 
@@ -217,7 +218,7 @@ def parse_job_id(stdout: str) -> str:
     """`sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`."""
     text = stdout.strip().split("\n")[-1] if stdout.strip() else ""
     job_id = text.split(";")[0]
-    if not re.fullmatch(r"\d+", job_id):
+    if not re.fullmatch(r"[0-9]+", job_id):
         raise SlurmError(f"sbatch --parsable printed {stdout.strip()!r}, expected a job id.",
                          "check for a site wrapper around sbatch that prints extra text.")
     return job_id
@@ -269,8 +270,8 @@ def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
                      reason=fields.get("Reason", "None"), nodes=fields.get("NodeList", ""),
                      exit_code=fields.get("ExitCode", ""), elapsed=fields.get("RunTime", ""),
                      time_limit=fields.get("TimeLimit", ""), stdout=fields.get("StdOut", ""),
-                     stderr=fields.get("StdErr", ""), restarts=int(restarts) if restarts.isdigit() else 0,
-                     tasks=int(tasks) if tasks.isdigit() else 0,
+                     stderr=fields.get("StdErr", ""), restarts=int(restarts) if is_digits(restarts) else 0,
+                     tasks=int(tasks) if is_digits(tasks) else 0,
                      excluded="" if fields.get("ExcNodeList", "(null)") == "(null)" else fields["ExcNodeList"])
 
 

@@ -4,8 +4,7 @@ Pure: no torch, no Slurm commands. A JobSpec is normalised first (lists to tuple
 to "90", `sigusr1` to USR1), then `problems()` rejects values that can never work (wrong types,
 unknown choices, newlines that would break out of a script line) with a ConfigError; combinations
 that are legal but likely wrong are `findings.validate()`'s job. Every message names a field
-through a `Spelling`, so the command line can say the same with its flags.
-"""
+through a `Spelling`, so the command line can say the same with its flags."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from torchslurm.configfile import read_mapping, unknown_keys_error
-from torchslurm.errors import ConfigError, below_minimum, not_one_of
+from torchslurm.errors import ConfigError, below_minimum, not_one_of, shown
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 
 LAUNCH_MODES = ("srun", "torchrun")
@@ -28,11 +27,12 @@ GPU_FLAGS = ("gpus-per-node", "gres")
 # because NCCL/UCX may install their own USR1 handler.
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 
-_ARRAY_RE = re.compile(r"^\d+(-\d+)?(:\d+)?(,\d+(-\d+)?(:\d+)?)*(%\d+)?$")
-# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (days, then up to three numbers)
-TIME_PATTERN = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-_MEM_RE = re.compile(r"^\d+[KMGT]?$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Checked with fullmatch (`$` also matches before a final newline); [0-9], as `\d` takes any script's digits.
+_ARRAY_RE = re.compile(r"[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?")
+# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (days, then up to three numbers of at most 9 digits)
+TIME_PATTERN = re.compile(r"(?:([0-9]{1,9})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?")
+_MEM_RE = re.compile(r"[0-9]+[KMGT]?")
+_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _help(text: str) -> dict[str, str]:
@@ -163,9 +163,9 @@ _FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 
 def parse_time(text: str, what: str = "time") -> int:
     """Slurm's --time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. `what` names the value in errors."""
-    m = TIME_PATTERN.match(text.strip())
+    m = TIME_PATTERN.fullmatch(text.strip())
     if not m or text.strip() in ("", "-"):
-        raise ConfigError(f"{what}={text!r} is not a Slurm time limit.",
+        raise ConfigError(f"{what}={shown(text)} is not a Slurm time limit.",
                           "use minutes (`90`), `H:MM:SS` (`1:30:00`) or `D-HH:MM:SS` (`1-00:00:00`).")
     days, a, b, c = m.groups()
     nums = [int(x) for x in (a, b, c) if x is not None]
@@ -181,9 +181,9 @@ def parse_time(text: str, what: str = "time") -> int:
 
 def parse_slurm_version(text: str) -> tuple[int, int]:
     """`slurm-wlm 22.05.8`, `slurm 23.11.1` or `22.05` -> (22, 5)."""
-    m = re.search(r"(\d+)\.(\d+)", text)
+    m = re.search(r"([0-9]{1,9})\.([0-9]{1,9})", text)
     if not m:
-        raise ConfigError(f"slurm version {text!r} has no MAJOR.MINOR.",
+        raise ConfigError(f"slurm version {shown(text)} has no MAJOR.MINOR.",
                           "pass what `sbatch --version` prints, e.g. `slurm 22.05.8`.")
     return int(m.group(1)), int(m.group(2))
 
@@ -225,7 +225,6 @@ def from_mapping(data: Mapping[str, Any], source: str = "spec", command: str = "
 def spec_json(spec: JobSpec) -> str:
     """A stable one-line JSON form of the spec (non-default fields), used in script headers."""
     return json.dumps(spec.to_dict(), sort_keys=False, ensure_ascii=True)
-
 
 
 # -- normalising and checking: __post_init__ normalises, then asks problems() -------------------
@@ -290,18 +289,18 @@ def _as_sequence(name: str, value: object) -> Sequence[object]:
             example = json.dumps(value.split() if name == "args" else [value])
         else:
             example = '["...", "..."]'
-        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}, expected a list of strings.",
+        raise ConfigError(f"{name}={shown(value)} is a {type(value).__name__}, expected a list of strings.",
                           f"write {name}: {example} (a list, one item per {_ITEM.get(name, 'value')}).")
     return value
 
 
 def _check_env(env: object) -> dict[str, str]:
     if not isinstance(env, Mapping):
-        raise ConfigError(f"env={env!r} is not a mapping.", "write env: {NCCL_DEBUG: INFO}.")
+        raise ConfigError(f"env={shown(env)} is not a mapping.", "write env: {NCCL_DEBUG: INFO}.")
     out: dict[str, str] = {}
     for key, value in env.items():
-        if not isinstance(key, str) or not _ENV_KEY_RE.match(key):
-            raise ConfigError(f"env key {key!r} is not a shell variable name.",
+        if not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
+            raise ConfigError(f"env key {shown(key)} is not a shell variable name.",
                               "use letters, digits and `_`, not starting with a digit.")
         out[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
@@ -311,18 +310,19 @@ def _type_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError]:
     for name in _INT_FIELDS + _OPT_INT_FIELDS:
         value = getattr(spec, name)
         if not (value is None and name in _OPT_INT_FIELDS) and (isinstance(value, bool) or not isinstance(value, int)):
-            yield ConfigError(f"{sp.name(name)}={value!r} is not an integer.",
+            yield ConfigError(f"{sp.name(name)}={shown(value)} is not an integer.",
                               f"write {sp.setting(name, 2)} (a whole number).")
     for name in _BOOL_FIELDS:
         if not isinstance(getattr(spec, name), bool):
-            yield ConfigError(f"{sp.name(name)}={getattr(spec, name)!r} is not true/false.",
+            yield ConfigError(f"{sp.name(name)}={shown(getattr(spec, name))} is not true/false.",
                               f"write {sp.setting(name, True)}.")
     for name in _STR_FIELDS + _OPT_STR_FIELDS:
         value = getattr(spec, name)
         if not (isinstance(value, str) or (value is None and name in _OPT_STR_FIELDS)):
-            yield ConfigError(f"{sp.name(name)}={value!r} is not a string.", f"quote it: {sp.setting(name, _QUOTED)}.")
+            yield ConfigError(f"{sp.name(name)}={shown(value)} is not a string.",
+                              f"quote it: {sp.setting(name, _QUOTED)}.")
     if spec.lr is not None and (isinstance(spec.lr, bool) or not isinstance(spec.lr, int | float)):
-        yield ConfigError(f"{sp.name('lr')}={spec.lr!r} is not a number.", f"write {sp.setting('lr', 0.001)}.")
+        yield ConfigError(f"{sp.name('lr')}={shown(spec.lr)} is not a number.", f"write {sp.setting('lr', 0.001)}.")
 
 
 def _choice_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError | None]:
@@ -335,13 +335,13 @@ def _choice_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError | None
             parse_time(spec.time, sp.name("time"))
         except ConfigError as exc:
             yield exc
-    if spec.mem is not None and not _MEM_RE.match(spec.mem):
-        yield ConfigError(f"{sp.name('mem')}={spec.mem!r} is not a Slurm memory size.",
+    if spec.mem is not None and not _MEM_RE.fullmatch(spec.mem):
+        yield ConfigError(f"{sp.name('mem')}={shown(spec.mem)} is not a Slurm memory size.",
                           f"write e.g. {sp.setting('mem', '32G')} (a number with optional K, M, G or T; 0 means all "
                           "memory of the node).")
-    if spec.array is not None and not _ARRAY_RE.match(spec.array):
+    if spec.array is not None and not _ARRAY_RE.fullmatch(spec.array):
         examples = [sp.setting("array", a) for a in ("0-9", "1,3,5", "0-15%4")]
-        yield ConfigError(f"{sp.name('array')}={spec.array!r} is not a Slurm array range.",
+        yield ConfigError(f"{sp.name('array')}={shown(spec.array)} is not a Slurm array range.",
                           f"write e.g. {examples[0]}, {examples[1]} or {examples[2]}.")
 
 
@@ -350,7 +350,7 @@ def _range_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError]:
         value = getattr(spec, name)
         if value is not None and value < low:
             yield below_minimum(sp.name(name), value, low)
-    launch = f"{sp.name('launch')}={spec.launch!r}"
+    launch = f"{sp.name('launch')}={shown(spec.launch)}"
     if spec.max_restarts and spec.launch != "torchrun":
         yield ConfigError(f"{sp.given('max_restarts', spec.max_restarts)} with {launch}: only torchrun's agent "
                           "restarts workers.", "in srun mode a failed rank ends the step (--kill-on-bad-exit) and "
@@ -372,18 +372,18 @@ def _text_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError | None]:
         yield _encoding_problem(sp.name(name), value)
         bad = next((c for c in ("\n", "\r", "\0") if c in value), None)
         if bad is not None:
-            yield ConfigError(f"{sp.name(name)}={value!r} contains {bad!r}; a job script line cannot hold it "
+            yield ConfigError(f"{sp.name(name)}={shown(value)} contains {bad!r}; a job script line cannot hold it "
                               f"safely.", f"remove the line break from {sp.name(name)} (for several setup lines "
                               "give a list).")
     if "/" in spec.name:
-        yield ConfigError(f"{sp.name('name')}={spec.name!r} contains '/'; Slurm puts the name into log file names "
-                          "(%x).", f"use a name without '/', e.g. {spec.name.replace('/', '-')!r}.")
+        yield ConfigError(f"{sp.name('name')}={shown(spec.name)} contains '/'; Slurm puts the name into log file names "
+                          "(%x).", f"use a name without '/', e.g. {shown(spec.name.replace('/', '-'))}.")
     for name in ("script", "python"):
         value = getattr(spec, name)
         if value.startswith("-"):
             # srun would read `python` as one of its options, python would read `script` as one of its own
             # (`-c CODE` runs the next argument as code)
-            yield ConfigError(f"{sp.name(name)}={value!r} starts with '-', so it would be read as an option, not "
+            yield ConfigError(f"{sp.name(name)}={shown(value)} starts with '-', so it would be read as an option, not "
                               f"a path.", f"write it as a path: {sp.setting(name, './' + value)}.")
     for name in ("script", "name", "python", "output"):
         if not getattr(spec, name).strip():
@@ -395,6 +395,6 @@ def _encoding_problem(name: str, value: str) -> ConfigError | None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return ConfigError(f"{name}={value!r} holds {value[exc.start]!r}, which cannot be written as UTF-8 into a "
+        return ConfigError(f"{name}={shown(value)} holds {value[exc.start]!r}, which cannot be written as UTF-8 into a "
                            f"job script.", f"give {name} as plain text; file names must decode as UTF-8.")
     return None

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 # A placeholder of Slurm's filename patterns (sbatch(1), "filename pattern"): `%%`, or `%` with an
 # optional zero-padding width and a letter (`%j`, `%4t`).
-_PLACEHOLDER = re.compile(r"%(%|\d*[A-Za-z])")
+_PLACEHOLDER = re.compile(r"%(%|[0-9]*[A-Za-z])")
 
 
 def expand_pattern(pattern: str, known: Mapping[str, str]) -> str:

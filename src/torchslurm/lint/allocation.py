@@ -14,8 +14,8 @@ __all__ = ["Allocation", "gpus_per_node", "leading_int", "step_nodes", "step_tas
 
 def leading_int(value: str | None) -> int | None:
     """The whole number at the start of an option's value (`2` of `--nodes=2-4`), None if there is none."""
-    m = re.match(r"^\d+", value or "")
-    return int(m.group(0)) if m else None
+    m = re.match(r"[0-9]+", value or "")
+    return int(m.group(0)) if m and len(m.group(0)) <= 18 else None  # 18 digits: past any count
 
 
 def gpus_per_node(d: Mapping[str, str]) -> int | None:

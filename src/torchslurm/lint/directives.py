@@ -16,11 +16,12 @@ from torchslurm.lint.allocation import leading_int
 from torchslurm.lint.options import SBATCH, long_matches
 from torchslurm.lint.parse import Script
 from torchslurm.lint.rule import Facts, Flag, rule
+from torchslurm.runtime.variables import is_digits
 
 __all__ = ["edit_distance"]
 
-_NODES_RE = re.compile(r"^(\d+)[kKmM]?(?:-(\d+)[kKmM]?)?$")  # Slurm's N or MIN-MAX (k, M: x1024)
-_GPUS_RE = re.compile(r"^(?:[^:,]+:)?\d+$")  # [type:]N
+_NODES_RE = re.compile(r"([0-9]{1,9})[kKmM]?(?:-([0-9]{1,9})[kKmM]?)?")  # Slurm's N or MIN-MAX (k, M: x1024)
+_GPUS_RE = re.compile(r"(?:[^:,]+:)?[0-9]+")  # [type:]N
 
 
 def _valid_time(value: str) -> bool:
@@ -34,16 +35,16 @@ def _valid_time(value: str) -> bool:
 
 
 def _valid_nodes(value: str) -> bool:
-    m = _NODES_RE.match(value)
+    m = _NODES_RE.fullmatch(value)
     return m is not None and int(m.group(1)) >= 1 and (m.group(2) is None or int(m.group(2)) >= int(m.group(1)))
 
 
 def _positive(value: str) -> bool:
-    return value.isdigit() and int(value) > 0  # sbatch: `Invalid numeric value "0" for --ntasks.`
+    return is_digits(value) and int(value) > 0  # sbatch: `Invalid numeric value "0" for --ntasks.`
 
 
 def _gpus(value: str) -> bool:
-    return _GPUS_RE.match(value) is not None
+    return _GPUS_RE.fullmatch(value) is not None
 
 
 # option -> (is the value valid, what it must be, a valid example)
@@ -69,6 +70,18 @@ def no_shebang(x: Facts) -> Iterator[Flag]:
     found = f"`{first}`" if first.strip() else "empty"
     yield Flag("error", f"line 1 is {found}, not `#!` and an interpreter: sbatch refuses the script "
                "(\"This does not look like a batch script\").", "#!/bin/bash as the very first line.")
+
+
+@rule("dos-line-breaks", ("error",), "DOS line breaks (`\\r\\n`: saved on Windows): sbatch refuses the script.")
+def dos_line_breaks(x: Facts) -> Iterator[Flag]:
+    """sbatch refuses a script with `\\r\\n` anywhere in it ("Batch script contains DOS line breaks (\\r\\n) instead
+    of expected UNIX line breaks (\\n)"); bash would read each `\\r` as part of a word (`--nodes=2\\r`)."""
+    at = x.script.text.find("\r\n")
+    if at >= 0:
+        line = x.script.text.count("\n", 0, at) + 1
+        yield Flag("error", "this line ends in a DOS line break (\\r\\n): sbatch refuses a script with any (\"Batch "
+                   "script contains DOS line breaks\").", "convert them to UNIX line breaks: dos2unix SCRIPT, or "
+                   "sed -i 's/\\r$//' SCRIPT.", line)
 
 
 # options that SPANK plugins add to sbatch on GPU clusters (pyxis: --container-image, --container-mounts, ...)

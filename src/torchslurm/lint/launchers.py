@@ -13,6 +13,7 @@ from torchslurm.lint.allocation import leading_int, step_nodes, step_tasks_per_n
 from torchslurm.lint.parse import Launch
 from torchslurm.lint.rule import Facts, Flag, rule
 from torchslurm.lint.shell import batch_expanded, shown
+from torchslurm.runtime.variables import is_digits
 
 __all__: list[str] = []
 
@@ -33,7 +34,7 @@ def launcher_nodes(x: Facts) -> Iterator[Flag]:
     for ln, nodes in _launches(x):
         key = _NODES_OPTION[ln.launcher or ""]
         value = ln.launcher_opts.get(key, "")
-        if not value.isdigit() or int(value) == nodes or (nodes == 1 and int(value) < 1):
+        if not is_digits(value) or int(value) == nodes or (nodes == 1 and int(value) < 1):
             continue
         spelled = f"--{key.replace('-', '_')}={value}"
         why = (f"{nodes - int(value)} of the {nodes} nodes stay idle" if int(value) < nodes else
@@ -48,7 +49,7 @@ def launcher_processes(x: Facts) -> Iterator[Flag]:
     gpus = x.allocation.gpus_per_node
     for ln, nodes in _launches(x):
         value = ln.launcher_opts.get("num-processes", "")
-        if ln.launcher != "accelerate" or not value.isdigit() or not gpus or int(value) == nodes * gpus:
+        if ln.launcher != "accelerate" or not is_digits(value) or not gpus or int(value) == nodes * gpus:
             continue
         yield Flag("error", f"accelerate --num_processes={value} but {nodes} node(s) x {gpus} GPU(s) = "
                    f"{nodes * gpus}: accelerate counts the processes of all machines together, so "

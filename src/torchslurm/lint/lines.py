@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from torchslurm.lint.shell import array_scan, scan
+from torchslurm.lint.shell import NAME_START, array_scan, scan
 
 _WORD_BREAK = " \t\n;&|()<>"
 
@@ -22,26 +22,35 @@ NO_END = "<<noend"
 
 def _syntax(text: str) -> Iterator[tuple[int, str]]:
     """Index and character of what bash reads as syntax: outside quotes (also `$'...'`), escapes,
-    comments, array assignments and heredoc bodies.
+    comments, array assignments and heredoc bodies. Characters that can change nothing (letters, digits,
+    most punctuation) are passed over in runs, not yielded: the readers look only at the others.
 
     An unquoted backslash-newline (a line continuation) comes out as one item, both characters.
     A heredoc body comes out as one item, `<<body`, at the newline that ends its delimiter line; one that
     runs to the end of the text first gives `NO_END` at its `<<`. A quote or expansion that never closes
-    ends the items with `OPEN` at its opening index.
+    ends the items with `OPEN` at its opening index. Linear in the length of the text.
     """
     i, quote, quote_at, word_start = 0, "", 0, True
     heredocs: list[tuple[str, bool, int]] = []  # (delimiter, strip leading tabs, index): bodies after this line
+    shift = _ShiftCheck(text)
     while i < len(text):
         ch = text[i]
-        if quote == "'":
-            quote = "" if ch == "'" else quote
-        elif quote in ('"', "$'"):
+        if text[i - 1:i] in ("\n", "") and not quote and not heredocs and (plain := _PLAIN_LINE.match(text, i)):
+            i = plain.end() - 1  # a line of words and blanks alone (most of a long script): only its newline counts
+            yield i, "\n"
+            i += 1
+            continue
+        if quote:
+            special = (_IN_SINGLE if quote == "'" else _IN_DOUBLE if quote == '"' else _IN_DOLLAR).search(text, i)
+            if special is None:
+                break
+            i, ch = special.start(), special.group()
             if ch == "\\":
                 i += 1  # \" \\ \$ \' and backslash-newline: the next character is not syntax
             elif ch == quote[-1]:
                 quote = ""
-            elif quote == '"' and (ch == "`" or text.startswith(("$(", "${"), i)):
-                end, closed = scan(text, i)  # "$(cmd "$x" | head)": the inner quotes are its own
+            elif ch == "`" or text.startswith(("$(", "${"), i):  # "$(cmd "$x" | head)": the inner quotes are its own
+                end, closed = scan(text, i)
                 if not closed:
                     yield i, OPEN
                     return
@@ -52,8 +61,8 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
             i += 1
         elif ch in "'\"":
             quote, quote_at = ch, i
-        elif ch == "`" or text.startswith(("$(", "${"), i) or (word_start and array_scan(text, i)):
-            end, closed = array_scan(text, i) or scan(text, i)  # run at run time, or `A=(...)`: one piece
+        elif ch == "`" or text.startswith(("$(", "${"), i):
+            end, closed = scan(text, i)  # run at run time: one piece
             if not closed:
                 yield i, OPEN
                 return
@@ -72,8 +81,20 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
                     yield at, NO_END
                 yield i, "<<body"
             heredocs = []
+        elif ch not in _SYNTAX:  # words and blanks: only an array assignment (`A=(`) among them matters
+            end = _PLAIN.match(text, i).end()  # type: ignore[union-attr]  # ch itself matches
+            array = _array_at(text, i, end, word_start)
+            if array is None:
+                i, word_start = end, text[end - 1] in " \t"
+                continue
+            at, after, closed = array
+            if not closed:
+                yield at, OPEN
+                return
+            i, word_start = after, False
+            continue
         else:
-            if _heredoc_starts(text, i):
+            if ch == "<" and text.startswith("<<", i) and not shift(i):
                 heredocs.append((*_heredoc_delimiter(text, i + 2), i))
             yield i, ch
         word_start = not quote and ch in _WORD_BREAK
@@ -84,20 +105,62 @@ def _syntax(text: str) -> Iterator[tuple[int, str]]:
         yield at, NO_END
 
 
-def _heredoc_starts(text: str, i: int) -> bool:
-    """`<<` at i is a heredoc: not `<<<` (a here-string), not a shift in `(( ))` or `$(( ))`."""
-    if not text.startswith("<<", i) or text.startswith("<<<", i) or text[i - 1:i] == "<":
-        return False
-    line = text[text.rfind("\n", 0, i) + 1:i]
-    return line.count("((") <= line.count("))")
+_PLAIN_LINE = re.compile(r"[^\\'\"`$#<>();&|\n]*\n")
+_IN_SINGLE = re.compile(r"'")
+_IN_DOUBLE = re.compile(r"[\\\"`]|\$[({]")
+_IN_DOLLAR = re.compile(r"[\\']")
+_SYNTAX = frozenset("\\'\"`$#\n;&|()<>")
+_PLAIN = re.compile(r"[^\\'\"`$#\n;&|()<>]+|[$#]")
+
+
+def _array_at(text: str, start: int, end: int, word_start: bool) -> tuple[int, int, bool] | None:
+    """If the run of words and blanks text[start:end] ends in a word that starts an array assignment
+    (`ARGS=(`, `ARGS+=(`): where it starts, the index after it and whether it closes (array_scan). Only
+    such a run is looked at twice."""
+    if text[end - 1:end + 1] != "=(":
+        return None
+    blank = max(text.rfind(" ", start, end), text.rfind("\t", start, end))
+    at = blank + 1 if blank >= 0 else start
+    if not (blank >= 0 or word_start) or text[at] not in NAME_START:
+        return None
+    found = array_scan(text, at)
+    return None if found is None else (at, *found)
+
+
+class _ShiftCheck:
+    """Whether a `<<` is a shift, not a heredoc: `<<<` (a here-string), or inside `(( ))` or `$(( ))` (its line
+    has more `((` than `))` before it). Each line's `((` and `))` are found once, so a line of many `<<` costs
+    linear time."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.start, self.end = text, -1, -1
+        self.opens: list[int] = []
+        self.closes: list[int] = []
+
+    def __call__(self, i: int) -> bool:
+        text = self.text
+        if text.startswith("<<<", i) or text[i - 1:i] == "<":
+            return True
+        if not self.start <= i < self.end:  # a new line: the same matches str.count finds, left to right
+            self.start = text.rfind("\n", 0, i) + 1
+            end = text.find("\n", i)
+            self.end = len(text) if end < 0 else end
+            line = text[self.start:self.end]
+            self.opens = [m.start() + self.start for m in _OPENS.finditer(line)] if "((" in line else []
+            self.closes = [m.start() + self.start for m in _CLOSES.finditer(line)] if self.opens else []
+        return bisect.bisect_right(self.opens, i - 2) > bisect.bisect_right(self.closes, i - 2)
+
+
+_OPENS, _CLOSES = re.compile(r"\(\("), re.compile(r"\)\)")
+_UNQUOTE = re.compile(r"""\\(.)|['"]""")
+_DELIMITER = re.compile(r"""[ \t]*((?:[^\s;&|()<>'"\\]|\\.|'[^']*'|"[^"]*")*)""")
 
 
 def _heredoc_delimiter(text: str, i: int) -> tuple[str, bool]:
     """After `<<`: the delimiter word with its quotes removed, and whether `<<-` strips tabs."""
     strip_tabs = text[i:i + 1] == "-"
-    rest = text[i + strip_tabs:].lstrip(" \t")
-    word = re.match(r"""(?:[^\s;&|()<>'"\\]|\\.|'[^']*'|"[^"]*")*""", rest)
-    return re.sub(r"""\\(.)|['"]""", r"\1", word.group(0) if word else ""), strip_tabs
+    word = _DELIMITER.match(text, i + strip_tabs)
+    return _UNQUOTE.sub(r"\1", word.group(1) if word else ""), strip_tabs
 
 
 def _heredoc_end(text: str, start: int, delimiter: str, strip_tabs: bool) -> tuple[int, bool]:
@@ -124,6 +187,9 @@ class Unclosed:
     heredoc: bool
     """A heredoc with no delimiter line: bash reads the rest as its text (else lint cannot tell where the
     quote or expansion ends, and bash likely cannot either)."""
+    nested: bool = False
+    """Code inside code (`eval`, `bash -c`) deeper than lint reads (shell.MAX_NESTING): not a quote left open,
+    but it is not read either."""
 
 
 @dataclass(frozen=True)
@@ -201,8 +267,13 @@ def commands(line: str) -> list[str]:
     return [part for part, _ in commands_ending(line)]
 
 
+_COMMAND_SYNTAX = re.compile(r"[;&|()\n]")
+
+
 def commands_ending(line: str) -> list[tuple[str, bool]]:
     """commands(line), each with whether it ends in a lone `&` (runs in the background)."""
+    if _COMMAND_SYNTAX.search(line) is None:  # no separator, quoted or not: one command (a fast path)
+        return [(line.strip(), False)] if line.strip() else []
     parts: list[tuple[str, bool]] = []
     start = 0
     for i, ch in _syntax(line):

@@ -14,14 +14,24 @@ launchers, python) is programs.py's. Arrays (`ARGS=(...)`) are followed into `"$
 from __future__ import annotations
 
 import re
+from collections import ChainMap
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field, replace
-from pathlib import PurePosixPath
 
 from torchslurm.jobs.sbatch import sbatch_split
 from torchslurm.lint.lines import Unclosed, commands_ending, read_lines
 from torchslurm.lint.options import SBATCH, SRUN, parse_options
-from torchslurm.lint.programs import launcher_args, procs_per_node, started, unwrap
-from torchslurm.lint.shell import ASSIGN_RE, PER_TASK_VARS, batch_marker, expand, raw_words
+from torchslurm.lint.programs import launcher_args, procs_per_node, program_name, started, unwrap
+from torchslurm.lint.shell import (
+    ASSIGN_RE,
+    MAX_NESTING,
+    MAX_VALUE,
+    PER_TASK_VARS,
+    batch_marker,
+    expand,
+    raw_words,
+)
+from torchslurm.runtime.variables import is_digits
 
 # shell words that may come before a command on one line (`if ...; then srun ...`)
 _PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec", "}", ")"}
@@ -117,12 +127,13 @@ class Script:
 class _Shell:
     """The shell that runs some text: the batch shell, or each task's shell under srun."""
 
-    vars: dict[str, str]
+    vars: MutableMapping[str, str | None]
+    """Variables set by this shell or inherited: their values, expanded (None: set to what lint cannot know)."""
     per_task: bool
     srun: dict[str, str] | None
     srun_words: list[str] = field(default_factory=list)
-    arrays: dict[str, list[str]] = field(default_factory=dict)
-    """Arrays set by `NAME=(...)`: their elements, expanded."""
+    arrays: MutableMapping[str, list[str] | None] = field(default_factory=dict)
+    """Arrays set by `NAME=(...)`: their elements, expanded (None: lint cannot know them)."""
 
     counts: dict[str, str] = field(default_factory=dict)
     """Slurm's counts fixed by the `#SBATCH` lines (SLURM_NNODES), for `$(( ))` only."""
@@ -135,11 +146,13 @@ class _Shell:
         return batch_marker(name) if name in PER_TASK_VARS and not self.per_task else None
 
     def child(self, srun: dict[str, str] | None, srun_words: list[str]) -> _Shell:
-        """`bash -c CODE` run by this shell; under srun, by each task (which inherits the variables)."""
+        """`bash -c CODE` run by this shell; under srun, by each task (which inherits the variables: a view of
+        this shell's, not a copy, so that a script of many variables and many `bash -c` lines takes linear time)."""
+        inherited, arrays = ChainMap({}, self.vars), ChainMap({}, self.arrays)
         if srun is not None and self.srun is None:
-            return _Shell(dict(self.vars), True, srun, srun_words, dict(self.arrays), self.counts)
-        return _Shell(dict(self.vars), self.per_task, srun if srun is not None else self.srun,
-                      srun_words or self.srun_words, dict(self.arrays), self.counts)
+            return _Shell(inherited, True, srun, srun_words, arrays, self.counts)
+        return _Shell(inherited, self.per_task, srun if srun is not None else self.srun,
+                      srun_words or self.srun_words, arrays, self.counts)
 
     def expand(self, word: str, split: bool = True) -> list[str]:
         """The fields `word` becomes in this shell."""
@@ -152,8 +165,12 @@ def parse(text: str) -> Script:
     return script
 
 
-def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, header: bool) -> None:
-    """`shell`: the shell that runs this text (the batch shell, or each task's under `srun bash -c`)."""
+def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, header: bool, level: int = 0) -> None:
+    """`shell`: the shell that runs this text (the batch shell, or each task's under `srun bash -c`); `level`: how
+    deep this code sits in other code (`eval`, `bash -c`), read down to MAX_NESTING."""
+    if level > MAX_NESTING:
+        script.unclosed.append(Unclosed(first_line, "bash -c", heredoc=False, nested=True))
+        return
     body: list[tuple[int, str]] = []
     script.bodies.append(body)
     lines = read_lines(text)
@@ -176,7 +193,7 @@ def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, heade
             script.first_command = number  # sbatch stops reading directives at the first command
         header = False
         for part, background in commands_ending(stripped):
-            _parse_command(number, part, script, shell, background)
+            _parse_command(number, part, script, shell, background, level)
 
 
 def _slurm_counts(d: dict[str, str]) -> dict[str, str]:
@@ -184,12 +201,12 @@ def _slurm_counts(d: dict[str, str]) -> dict[str, str]:
     counts = {}
     for option, names in (("nodes", ("SLURM_NNODES", "SLURM_JOB_NUM_NODES")), ("ntasks", ("SLURM_NTASKS",)),
                           ("ntasks-per-node", ("SLURM_NTASKS_PER_NODE",))):
-        if d.get(option, "").isdigit():
+        if is_digits(d.get(option, "")):
             counts.update(dict.fromkeys(names, d[option]))
     return counts
 
 
-_REDIRECT_RE = re.compile(r"^(\d*|&)(>>?|<<?<?|>&|<&|>\|)(.*)$", re.DOTALL)
+_REDIRECT_RE = re.compile(r"([0-9]*|&)(>>?|<<?<?|>&|<&|>\|)(.*)", re.DOTALL)
 DECLARE = frozenset({"export", "declare", "local", "readonly", "typeset"})
 """Builtins whose arguments are assignments."""
 
@@ -206,8 +223,14 @@ def _without_redirections(words: list[str]) -> list[str]:
     return out
 
 
-def _parse_command(number: int, part: str, script: Script, shell: _Shell, background: bool) -> None:
-    raw = _without_redirections(raw_words(part))
+_PLAIN_COMMAND = re.compile(r"[^\\'\"`$#<>=]*")
+"""A command with no quote, expansion, comment, redirection or assignment: its words are as written."""
+_BLANKS = re.compile(r"[ \t\n]+")
+
+
+def _parse_command(number: int, part: str, script: Script, shell: _Shell, background: bool, level: int) -> None:
+    plain = _PLAIN_COMMAND.fullmatch(part) is not None  # most commands of a long script: a fast path
+    raw = [w for w in _BLANKS.split(part) if w] if plain else _without_redirections(raw_words(part))
     while raw and raw[0] in _PREFIX_WORDS:  # `then srun ...`, `exec python ...`
         raw = raw[1:]
     script.commands.append(Command(number, part, raw, shell.per_task))
@@ -218,15 +241,16 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
     while raw and ASSIGN_RE.match(raw[0]):
         name, value = raw[0].split("=", 1)
         if value.startswith("(") and value.endswith(")"):  # an array: `ARGS=(--nnodes 2)`, `ARGS+=(...)`
-            elements = [f for w in raw_words(value[1:-1]) for f in shell.expand(w)]
-            shell.arrays[name.rstrip("+")] = (shell.arrays.get(name[:-1], []) if name.endswith("+") else []) \
-                + elements
-            value = " ".join(shell.arrays[name.rstrip("+")])
+            before = shell.arrays.get(name[:-1], []) if name.endswith("+") else []
+            elements = None if before is None else before + [f for w in raw_words(value[1:-1]) for f in shell.expand(w)]
+            shell.arrays[name.rstrip("+")] = elements if elements is None or len(elements) <= MAX_VALUE else None
+            value = " ".join(elements) if elements is not None else value
         else:
             value = " ".join(shell.expand(value, split=False))
         name = name.rstrip("+")
         assigned.add(name)
-        shell.vars[name] = value
+        shell.vars[name] = value if len(value) <= MAX_VALUE else None
+        value = value[:MAX_VALUE]
         (script.exports if not shell.per_task else script.task_exports)[name] = (number, value)
         if exporting:
             script.exported.add(name)
@@ -234,8 +258,8 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
     if exporting:
         script.exported.update(w for w in raw if ASSIGN_RE.match(w + "="))
         return
-    words = [f for w in raw for f in shell.expand(w)]
-    launch = _parse_launch(number, words, script, shell, background)
+    words = raw if plain else [f for w in raw for f in shell.expand(w)]
+    launch = _parse_launch(number, words, script, shell, background, level)
     if launch is not None:
         launch.env = assigned
         script.launches.append(launch)
@@ -243,7 +267,7 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
 
 def _shell_code(words: list[str]) -> tuple[str, list[str]] | None:
     """`bash -c CODE ARGS...` (also `sh`, `bash -lc`, `bash -l -c`): the code and its arguments."""
-    if PurePosixPath(words[0]).name not in ("bash", "sh", "zsh", "dash"):
+    if program_name(words[0]) not in ("bash", "sh", "zsh", "dash"):
         return None
     i = 1
     while i < len(words) and words[i].startswith("-"):
@@ -254,10 +278,10 @@ def _shell_code(words: list[str]) -> tuple[str, list[str]] | None:
 
 
 def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, background: bool,
-                  depth: int = 0) -> Launch | None:
+                  level: int, depth: int = 0) -> Launch | None:
     """The launch these words start, if any; a wrapped `bash -c CODE` or `eval` is read as its code."""
     srun, srun_words, ignored = shell.srun, shell.srun_words, []
-    if words and PurePosixPath(words[0]).name == "srun":
+    if words and program_name(words[0]) == "srun":
         srun_words = words
         pairs, words = parse_options(words[1:], SRUN, True)
         srun = dict(pairs)  # a later option wins, as with getopt
@@ -269,7 +293,7 @@ def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, 
             continue
         if words[0] == "eval":
             _parse_body(" ".join(words[1:]), script, number, shell if srun is shell.srun else
-                        shell.child(srun, srun_words), header=False)
+                        shell.child(srun, srun_words), header=False, level=level + 1)
             return None
         code = _shell_code(words)
         if code is None:
@@ -277,7 +301,7 @@ def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, 
         if '"$@"' not in code[0] and "$@" not in code[0]:
             # `srun bash -c CODE`: each task's shell runs CODE, with this srun's options (CODE's words are its own)
             outer = [w for w in srun_words if w != code[0]]
-            _parse_body(code[0], script, number, shell.child(srun, outer), header=False)
+            _parse_body(code[0], script, number, shell.child(srun, outer), header=False, level=level + 1)
             return None
         # `bash -c 'trap "" SIG; exec "$@"' NAME cmd...`: the command is the rest, signals ignored
         ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code[0])

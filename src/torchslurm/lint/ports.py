@@ -23,6 +23,7 @@ from torchslurm.lint.allocation import gpus_per_node, step_nodes
 from torchslurm.lint.parse import TORCHRUN_LIKE, Launch, Script
 from torchslurm.lint.rule import Facts, Flag, rule
 from torchslurm.runtime.ports import RDZV_PORT_EXPR
+from torchslurm.runtime.variables import is_digits
 
 __all__ = ["node_sharing"]
 
@@ -82,13 +83,13 @@ def _launchers(x: Facts) -> Iterator[Launch]:
 def fixed_master_port(x: Facts) -> Iterator[Flag]:
     """Every literal master port, each judged by how the node is shared."""
     exports = {**x.script.task_exports, **x.script.exports}
-    if "MASTER_PORT" in exports and exports["MASTER_PORT"][1].isdigit():
+    if "MASTER_PORT" in exports and is_digits(exports["MASTER_PORT"][1]):
         line, value = exports["MASTER_PORT"]
         yield _flag(x, line, f"MASTER_PORT={value}",
                     "remove it: torchslurm.init() derives the port from SLURM_JOB_ID; or " + _PORT_HINT)
     for ln in _launchers(x):
         for key in ("master-port", "main-process-port"):
-            if ln.launcher_opts.get(key, "").isdigit():
+            if is_digits(ln.launcher_opts.get(key, "")):
                 yield _flag(x, ln.line, f"{ln.launcher} --{key}={ln.launcher_opts[key]}",
                             f"--{key}={RDZV_PORT_EXPR} (a port per job)")
 
@@ -99,7 +100,7 @@ def fixed_master_port(x: Facts) -> Iterator[Flag]:
 def fixed_port(x: Facts) -> Iterator[Flag]:
     for ln in _launchers(x):
         endpoint = ln.rdzv_endpoint or ""
-        if re.search(r":[1-9]\d*$", endpoint):  # `:0`: the OS picks a free port
+        if re.search(r":[1-9][0-9]*\Z", endpoint):  # `:0`: the OS picks a free port
             yield _flag(x, ln.line, f"{ln.launcher} --rdzv-endpoint={endpoint}", _PORT_HINT)
         elif _default_port(ln, x.allocation.nodes, endpoint):
             c10d = bool(endpoint) and ln.launcher_opts.get("rdzv-backend", "static") != "static"

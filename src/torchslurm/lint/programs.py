@@ -6,6 +6,7 @@ and a launcher's own options up to the training script. Pure, part of `lint`.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Set as AbstractSet
 from pathlib import PurePosixPath
@@ -13,10 +14,11 @@ from pathlib import PurePosixPath
 from torchslurm.lint.options import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, LAUNCHER_FLAGS
 from torchslurm.lint.shell import ASSIGN_RE
 from torchslurm.runtime.launch import AGENT_MODULE
+from torchslurm.runtime.variables import is_digits
 
-__all__ = ["launcher_args", "procs_per_node", "started", "unwrap"]
+__all__ = ["launcher_args", "procs_per_node", "program_name", "started", "unwrap"]
 
-_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PYTHON_RE = re.compile(r"python([0-9]+(\.[0-9]+)?)?")
 _LAUNCH_MODULES = {"torch.distributed.run": "torchrun", AGENT_MODULE: "torchrun",
                    "torch.distributed.launch": "torch.distributed.launch",
                    "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed",
@@ -27,7 +29,7 @@ _LAUNCH_SCRIPTS = {"deepy.py": "deepy", "multiproc.py": "multiproc"}
 _TOOL_MODULES = frozenset({"pip", "venv", "ensurepip", "json.tool", "http.server", "site", "compileall", "py_compile",
                            "timeit", "pytest", "torch.utils.collect_env"})
 # python's own options (`python -u -X faulthandler -m ...`): flags that may be grouped, and those taking a value
-_PYTHON_FLAGS_RE = re.compile(r"^-[bBdEiIOqsSuvR]+$")
+_PYTHON_FLAGS_RE = re.compile(r"-[bBdEiIOqsSuvR]+")
 _PYTHON_VALUED = ("-X", "-W")
 # each launcher's options that take no value
 _LAUNCHER_FLAGS: dict[str, AbstractSet[str]] = {
@@ -67,10 +69,17 @@ _SINGULARITY_FLAGS = frozenset({
 _ENROOT_FLAGS = frozenset({"root", "r", "rw", "w"})
 
 
+@functools.lru_cache(maxsize=1024)
+def program_name(word: str) -> str:
+    """The program a command word names: `/usr/bin/srun` -> `srun` (kept for the words a script repeats: a
+    path is slow to build, and a long script names the same few programs on every line)."""
+    return PurePosixPath(word).name
+
+
 def unwrap(words: list[str]) -> list[str] | None:
     """The command a wrapper runs (`env X=1 cmd`, `apptainer exec --nv img.sif cmd`, `enroot start img cmd`,
     `nohup`, `stdbuf`, `numactl`), or None when words[0] wraps nothing lint knows."""
-    name = PurePosixPath(words[0]).name
+    name = program_name(words[0])
     if name in ("env", "nohup", "stdbuf", "numactl", "time", "exec", "command", "setsid", "ionice", "nice"):
         rest = words[1:]
         while rest and (rest[0].startswith("-") or (name == "env" and ASSIGN_RE.match(rest[0]))):
@@ -100,14 +109,14 @@ def _after_options(words: list[str], flags: frozenset[str]) -> list[str]:
 def started(words: list[str]) -> tuple[str | None, list[str]] | None:
     """What `words` start: a launcher (its name, and the words after it), plain python training (None and its
     arguments: `python train.py`, `python -m pkg.train`), or None when they start no training."""
-    name, rest = PurePosixPath(words[0]).name, words[1:]
+    name, rest = program_name(words[0]), words[1:]
     if name in ("torchrun", "deepspeed"):
         return name, rest
     if name == "accelerate" and rest[:1] == ["launch"]:
         return "accelerate", rest[1:]
     if name == "colossalai" and rest[:1] == ["run"]:
         return "colossalai", rest[1:]
-    if not _PYTHON_RE.match(name):
+    if not _PYTHON_RE.fullmatch(name):
         return None
     after = _after_python_options(rest)
     if len(after) >= 2 and after[0] == "-m":  # `python -u -m torch.distributed.run`, `python -m pkg.train`
@@ -117,7 +126,7 @@ def started(words: list[str]) -> tuple[str | None, list[str]] | None:
         return None if module.split(".")[0] in _TOOL_MODULES or module in _TOOL_MODULES else (None, after[2:])
     if not after or after[0].startswith("-"):
         return None  # `python -c ...`, `python --version`, an interactive python: not training
-    script = PurePosixPath(after[0]).name
+    script = program_name(after[0])
     return (_LAUNCH_SCRIPTS[script], after[1:]) if script in _LAUNCH_SCRIPTS else (None, after)
 
 
@@ -125,7 +134,7 @@ def _after_python_options(args: list[str]) -> list[str]:
     """python's arguments after its own options (`-u`, `-OO`, `-X faulthandler`, `-W ignore`)."""
     i = 0
     while i < len(args):
-        if _PYTHON_FLAGS_RE.match(args[i]):
+        if _PYTHON_FLAGS_RE.fullmatch(args[i]):
             i += 1
         elif args[i] in _PYTHON_VALUED:
             i += 2
@@ -142,12 +151,12 @@ def procs_per_node(launcher: str | None, opts: dict[str, str]) -> int | None:
         value = opts.get("num-gpus")
     elif launcher == "accelerate":
         procs, machines = opts.get("num-processes", ""), opts.get("num-machines", "1")
-        if procs.isdigit() and machines.isdigit() and int(machines) > 0:
+        if is_digits(procs) and is_digits(machines) and int(machines) > 0:
             return int(procs) // int(machines)
         return None
     else:
         value = opts.get("nproc-per-node")
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and is_digits(value) else None
 
 
 def _dashes(word: str) -> str:

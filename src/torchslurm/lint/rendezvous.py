@@ -29,7 +29,7 @@ _NODE_RANK_HINT = ("--node-rank=$SLURM_NODEID, expanded by each task: export MAS
 def _nnodes(ln: Launch) -> tuple[int, int] | None:
     """torchrun's --nnodes as (min, max): `2`, `1:4`, absent = 1 (its default); None when not literal."""
     value = ln.launcher_opts.get("nnodes", "1")
-    m = re.match(r"^(\d+)(?::(\d+))?$", value)
+    m = re.fullmatch(r"([0-9]{1,9})(?::([0-9]{1,9}))?", value)
     return None if m is None else (int(m.group(1)), int(m.group(2) or m.group(1)))
 
 

@@ -15,16 +15,25 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from torchslurm.lint.arithmetic import evaluate
+
 PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID"})
 """Set by srun in each task; the batch shell has them too, as 0 (it is task 0 of the batch step)."""
 
 ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=")
 """`NAME=` or `NAME+=` at the start of a word: an assignment."""
 
+MAX_NESTING = 16
+"""How deep lint follows code inside code (`${A:-${B:-...}}`, `bash -c` in `eval`); deeper stays as written."""
+
 _MARK = "\x00"
 _MARKER_RE = re.compile(f"{_MARK}([A-Z_]+){_MARK}")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SPECIAL = "@*#?$!-0123456789"
+
+MAX_VALUE = 100_000
+"""The longest value lint keeps for a variable (or elements for an array); a longer one (`A=$A$A` ten times
+over) it no longer knows, instead of holding gigabytes."""
 
 Lookup = Callable[[str, bool], "str | None"]
 """A variable's value as the current shell sees it, or None when lint cannot know it; the flag says the
@@ -54,52 +63,61 @@ def _skip_quoted(text: str, i: int) -> int:
 
 def scan(text: str, i: int) -> tuple[int, bool]:
     """The piece that starts at i (a quote, `$(`, `${`, `$'`, a backtick): the index after it, and whether it
-    closes before the text ends (else the index is len(text))."""
-    ch = text[i]
-    if ch == "'":
-        end = text.find("'", i + 1)
-        return (len(text), False) if end < 0 else (end + 1, True)
-    if ch in "`\"" or text.startswith("$'", i):
-        closer, j = ch if ch != "$" else "'", i + (2 if ch == "$" else 1)
-        while j < len(text) and text[j] != closer:
-            if text[j] == "\\":
+    closes before the text ends (else the index is len(text)).
+
+    Read as bash matches them: inside `"..."` a `$(`, `${` or backtick is a piece of its own (`"$(cmd "$x")"`);
+    inside `${ ... }` and `$( ... )` quotes, escapes and nested pieces are skipped, and `{`/`(` nest (`${x:-'{}'}`,
+    `${x:-{a}}`, `$(f (1))`). Iterative, the open pieces on a stack: any depth of nesting costs no recursion."""
+    kinds: list[str] = []  # the open pieces: ' " ` $' ( {
+    depths: list[int] = []  # for ( and {: how many of them are open inside it (its own counts as 1)
+    j = _open(text, i, kinds, depths)
+    while kinds:
+        if j >= len(text):
+            return len(text), False
+        kind, c = kinds[-1], text[j]
+        if kind == "'":
+            end = text.find("'", j)
+            if end < 0:
+                return len(text), False
+            kinds.pop(), depths.pop()
+            j = end + 1
+        elif kind in ('"', "`", "$'"):
+            if c == "\\":
                 j += 2
-            elif ch == '"' and (text.startswith(("$(", "${"), j) or text[j] == "`"):
-                j, closed = scan(text, j)
-                if not closed:
-                    return len(text), False
+            elif c == kind[-1]:
+                kinds.pop(), depths.pop()
+                j += 1
+            elif kind == '"' and (c == "`" or text.startswith(("$(", "${"), j)):
+                j = _open(text, j, kinds, depths)
             else:
                 j += 1
-        return (j + 1, True) if j < len(text) else (len(text), False)
-    return _scan_nested(text, i)
-
-
-def _scan_nested(text: str, i: int) -> tuple[int, bool]:
-    """`${ ... }` or `$( ... )` up to its matching brace or parenthesis, as bash matches them: quotes, escapes
-    and nested expansions inside are skipped, and `{`/`(` nest (`${x:-'{}'}`, `${x:-{a}}`, `$(f (1))`)."""
-    opener, closer = ("{", "}") if text.startswith("${", i) else ("(", ")")
-    depth, j = 0, i + 1
-    while j < len(text):
-        c = text[j]
-        if c == "\\":
+        elif c == "\\":
             j += 2
-            continue
-        if c in "'\"`" or text.startswith(("$(", "${", "$'"), j):
-            j, closed = scan(text, j)
-            if not closed:
-                return len(text), False
-            continue
-        if c == opener:
-            depth += 1
-        elif c == closer:
-            depth -= 1
-            if depth == 0:
-                return j + 1, True
-        j += 1
-    return len(text), False
+        elif c in "'\"`" or text.startswith(("$(", "${", "$'"), j):
+            j = _open(text, j, kinds, depths)
+        else:
+            depths[-1] += (c == kind) - (c == _CLOSER[kind])
+            if depths[-1] == 0:
+                kinds.pop(), depths.pop()
+            j += 1
+    return j, True
+
+
+_CLOSER = {"(": ")", "{": "}"}
+
+
+def _open(text: str, i: int, kinds: list[str], depths: list[int]) -> int:
+    """Push the piece that starts at i; the index its inside starts at (for `$(` and `${`, their `(` or `{`,
+    which the scan then counts as depth 1)."""
+    kind = "$'" if text.startswith("$'", i) else text[i] if text[i] in "'\"`" else text[i + 1]  # ( or {
+    kinds.append(kind)
+    depths.append(0)
+    return i + (2 if kind == "$'" else 1)
 
 
 _ARRAY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=\(")
+NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+"""The characters a variable's name (and so an array assignment) may start with."""
 
 
 def array_scan(text: str, i: int) -> tuple[int, bool] | None:
@@ -152,7 +170,7 @@ def raw_words(text: str) -> list[str]:
             continue
         if start is None:
             start = i
-            array = array_scan(text, i)
+            array = array_scan(text, i) if ch in NAME_START else None
             if array is not None:  # `ARGS=(a b)`: one word
                 i = array[0]
                 continue
@@ -160,20 +178,54 @@ def raw_words(text: str) -> list[str]:
             i += 2
             continue
         opaque = opaque_end(text, i)
-        i = opaque if opaque is not None else i + 1
+        plain = _WORD_PLAIN.match(text, i) if opaque is None else None  # letters, digits, most punctuation
+        i = opaque if opaque is not None else plain.end() if plain else i + 1
     if start is not None:
         words.append(text[start:])
     return words
+
+
+_WORD_PLAIN = re.compile(r"[^ \t\n\\'\"`$]+")
+_TEXT_PLAIN = re.compile(r"[^\\'\"`$]+")
+_DOUBLE_PLAIN = re.compile(r"[^\\`$]+")
 
 
 _ARRAY_REF_RE = re.compile(r'("?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1')
 
 
 def expand(word: str, lookup: Lookup, split: bool = True,
-           arrays: Mapping[str, list[str]] | None = None) -> list[str]:
+           arrays: Mapping[str, list[str] | None] | None = None) -> list[str]:
     """The fields one raw word becomes. `split`: an unquoted expansion is split at blanks (not in assignments).
     `arrays`: the arrays the shell has set (`ARGS=(...)`), for `"${ARGS[@]}"` (a field per element),
-    `${ARGS[@]}` and `"${ARGS[*]}"`."""
+    `${ARGS[@]}` and `"${ARGS[*]}"`; None for one set to what lint cannot know. A word whose values add up to
+    more than MAX_VALUE characters (`$A$A$A...` of a long `$A`) stays as written."""
+    left = [MAX_VALUE]
+
+    def counted(name: str, arithmetic: bool) -> str | None:
+        value = lookup(name, arithmetic)
+        left[0] -= len(value or "")
+        if left[0] < 0:
+            raise _TooLong
+        return value
+
+    def counted_arrays(name: str) -> list[str] | None:
+        elements = arrays.get(name) if arrays is not None else None
+        left[0] -= sum(len(e) + 1 for e in elements or ())
+        if left[0] < 0:
+            raise _TooLong
+        return elements
+
+    try:
+        return _expand(word, counted, split, counted_arrays)
+    except _TooLong:
+        return [word]
+
+
+class _TooLong(Exception):
+    """A word's expansion passed MAX_VALUE characters."""
+
+
+def _expand(word: str, lookup: Lookup, split: bool, array: Callable[[str], list[str] | None]) -> list[str]:
     fields: list[str] = []
     current: list[str] = []
     started = False
@@ -181,8 +233,9 @@ def expand(word: str, lookup: Lookup, split: bool = True,
     while i < len(word):
         ch = word[i]
         ref = _ARRAY_REF_RE.match(word, i) if ch in '"$' else None
-        if ref and arrays is not None and ref.group(2) in arrays:
-            elements, quoted = arrays[ref.group(2)], bool(ref.group(1))
+        elements = array(ref.group(2)) if ref else None
+        if ref and elements is not None:
+            quoted = bool(ref.group(1))
             if quoted and ref.group(3) == "*":
                 elements = [" ".join(elements)]
             elif not quoted:
@@ -227,8 +280,9 @@ def expand(word: str, lookup: Lookup, split: bool = True,
                     fields.append("".join(current))
                     current, started = [], False
         else:
-            current.append(ch)
-            i, started = i + 1, True
+            plain = _TEXT_PLAIN.match(word, i)
+            current.append(plain.group() if plain else ch)
+            i, started = plain.end() if plain else i + 1, True
     if current or started:
         fields.append("".join(current))
     return fields
@@ -264,8 +318,9 @@ def _double(body: str, lookup: Lookup) -> str:
             value, i, _ = _dollar(body, i, lookup)
             out.append(value)
         else:
-            out.append(ch)
-            i += 1
+            plain = _DOUBLE_PLAIN.match(body, i)
+            out.append(plain.group() if plain else ch)
+            i = plain.end() if plain else i + 1
     return "".join(out)
 
 
@@ -296,7 +351,7 @@ def _dollar(text: str, i: int, lookup: Lookup) -> tuple[str, int, bool]:
 def _braced(raw: str, lookup: Lookup) -> tuple[str, bool]:
     """`${NAME}`, `${NAME:-default}`, `${NAME-default}`: other forms stay as written."""
     m = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)(.*))?\}", raw, re.DOTALL)
-    if m is None:
+    if m is None or raw.count("${") > MAX_NESTING:  # defaults in defaults: expanded by recursion, so bounded
         return raw, False
     value = lookup(m.group(1), False)
     if value is not None:
@@ -306,7 +361,7 @@ def _braced(raw: str, lookup: Lookup) -> tuple[str, bool]:
     return raw, False
 
 
-_ARITH_RE = re.compile(r"^[0-9+\-*/%() \t]+$")
+_ARITH_RE = re.compile(r"[0-9+\-*/%() \t]+")
 
 
 def _arithmetic(expression: str, lookup: Lookup) -> str | None:
@@ -320,55 +375,6 @@ def _arithmetic(expression: str, lookup: Lookup) -> str | None:
     marked = batch_expanded(text)
     if marked:
         return batch_marker(marked)
-    if not _ARITH_RE.match(text):
+    if not _ARITH_RE.fullmatch(text):
         return None
-    return _evaluate(text)
-
-
-def _evaluate(text: str) -> str | None:
-    """Integer arithmetic as bash does it (division truncates toward zero)."""
-    tokens = re.findall(r"\d+|[-+*/%()]", text)
-    pos = 0
-
-    def atom() -> int:
-        nonlocal pos
-        tok = tokens[pos]
-        pos += 1
-        if tok == "(":
-            value = sum_()
-            pos += 1
-            return value
-        if tok == "-":
-            return -atom()
-        if tok == "+":
-            return atom()
-        return int(tok)
-
-    def product() -> int:
-        nonlocal pos
-        value = atom()
-        while pos < len(tokens) and tokens[pos] in "*/%":
-            op = tokens[pos]
-            pos += 1
-            right = atom()
-            if op == "*":
-                value *= right
-            else:
-                quotient = abs(value) // abs(right) * (1 if (value >= 0) == (right > 0) else -1)
-                value = quotient if op == "/" else value - quotient * right
-        return value
-
-    def sum_() -> int:
-        nonlocal pos
-        value = product()
-        while pos < len(tokens) and tokens[pos] in "+-":
-            op = tokens[pos]
-            pos += 1
-            value = value + product() if op == "+" else value - product()
-        return value
-
-    try:
-        result = sum_()
-    except (IndexError, ZeroDivisionError, ValueError):
-        return None
-    return str(result) if pos == len(tokens) else None
+    return evaluate(text)

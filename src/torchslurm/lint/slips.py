@@ -15,7 +15,7 @@ from torchslurm.jobs.sbatch import sbatch_split
 from torchslurm.lint.options import SBATCH, SHORT, parse_options
 from torchslurm.lint.parse import DECLARE, Script
 from torchslurm.lint.rule import Facts, Flag, rule
-from torchslurm.lint.shell import ASSIGN_RE
+from torchslurm.lint.shell import ASSIGN_RE, MAX_NESTING
 
 __all__: list[str] = []
 
@@ -27,7 +27,7 @@ _DIRECTIVE_LIKE_RE = re.compile(r"^(?:\s+#\s*|#\s+)SBATCH\s")
 
 def _looks_like_a_value(word: str) -> bool:
     """After `VAR= `: a number, an upper-case word, a quoted string, an expansion; not a command name."""
-    return bool(re.match(r"""^(\d|["'$]|[A-Z][A-Z0-9_]*$|.*[,:=])""", word))
+    return bool(re.match(r"""([0-9]|["'$]|[A-Z][A-Z0-9_]*\Z|.*[,:=])""", word))
 
 
 def _assign_spaces(s: Script) -> Iterator[tuple[int, str, str]]:
@@ -105,8 +105,8 @@ def one_dash_option(x: Facts) -> Iterator[Flag]:
 
 @rule("unread-lines", ("error", "warning"),
       "lines not read as commands: a heredoc whose end line never comes (error: bash reads the rest of the script "
-      "as its text), or a quote or expansion lint cannot see close (warning: \"line N could not be read\", the rest "
-      "is not checked).")
+      "as its text), a quote or expansion lint cannot see close (warning: \"line N could not be read\", the rest "
+      "is not checked), or code nested in `eval`/`bash -c` deeper than lint reads (warning).")
 def unread_lines(x: Facts) -> Iterator[Flag]:
     """Whatever lint does not read is said, never passed over in silence."""
     last = x.script.text.count("\n") + (not x.script.text.endswith("\n"))
@@ -118,6 +118,10 @@ def unread_lines(x: Facts) -> Iterator[Flag]:
                        "end-of-file\") and none of them runs.",
                        f"end it with a line that is exactly `{end}`, with nothing before or after it (`<<-` allows "
                        "leading tabs).")
+        elif u.nested:
+            yield Flag("warning", f"line {u.line} runs code inside code (`eval`, `bash -c`) more than {MAX_NESTING} "
+                       "levels deep; lint reads no deeper, so the innermost code was not checked.",
+                       "write the command out instead of wrapping it again and again.")
         else:
             rest = f"lines {u.line}-{last} were" if last > u.line else f"line {u.line} was"
             yield Flag("warning", f"line {u.line} could not be read: the `{u.opener}` that opens there never closes "

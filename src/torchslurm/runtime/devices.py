@@ -25,6 +25,7 @@ from typing import Literal
 from torchslurm import hostlist
 from torchslurm.errors import ConfigError, EnvError, not_one_of
 from torchslurm.runtime import gpubind
+from torchslurm.runtime.variables import is_digits
 
 __all__ = ["BACKENDS", "DEVICE_VARIABLE", "DeviceChoice", "choose_device", "cpu_oversubscription",
            "cpus_per_task_lost", "gpus_unseen", "per_task_binding", "slurm_gpus", "srun_cpus_unset", "usable_cpus"]
@@ -133,7 +134,7 @@ def cpu_oversubscription(environ: Mapping[str, str], ranks: int, cpus: int) -> C
     slurm = environ.get("SLURM_CPUS_ON_NODE", "")
     # Inside Slurm the job's CPUs on this node count, not this process's affinity: an srun task
     # with --cpus-per-task=1 may run on one CPU while its node holds one per rank.
-    limit, source = (int(slurm), f"SLURM_CPUS_ON_NODE={slurm}") if slurm.isdigit() else (
+    limit, source = (int(slurm), f"SLURM_CPUS_ON_NODE={slurm}") if is_digits(slurm) else (
         cpus, f"{cpus} CPU(s) usable here")
     if ranks <= limit:
         return None
@@ -167,7 +168,7 @@ def srun_cpus_unset(environ: Mapping[str, str]) -> EnvError | None:
 def _cpus_per_task(environ: Mapping[str, str]) -> int | None:
     """SLURM_CPUS_PER_TASK when it is above 1 and srun is not told it otherwise (SRUN_CPUS_PER_TASK)."""
     asked = environ.get("SLURM_CPUS_PER_TASK", "").strip()
-    if not asked.isdigit() or int(asked) <= 1 or environ.get("SRUN_CPUS_PER_TASK", "").strip():
+    if not is_digits(asked) or int(asked) <= 1 or environ.get("SRUN_CPUS_PER_TASK", "").strip():
         return None
     return int(asked)
 
@@ -193,7 +194,7 @@ def per_task_binding(environ: Mapping[str, str], cuda_device_count: int) -> str 
     if environ.get("SLURM_GPUS_PER_TASK"):
         return f"SLURM_GPUS_PER_TASK={environ['SLURM_GPUS_PER_TASK']} binds GPUs per task"
     on_node = environ.get("SLURM_GPUS_ON_NODE", "")
-    if on_node.isdigit() and int(on_node) > cuda_device_count:
+    if is_digits(on_node) and int(on_node) > cuda_device_count:
         # Slurm gave the step more GPUs on this node than this task sees: the rest are its peers'.
         return f"SLURM_GPUS_ON_NODE={on_node} but this task sees {cuda_device_count}"
     return None
@@ -225,7 +226,7 @@ def _slot(
 def _task_slot(environ: Mapping[str, str], binding: str, local_rank: int, count: int) -> tuple[int, int, str]:
     """_slot of an srun task whose visible GPUs Slurm chose for it (`binding` says how)."""
     localid = environ.get("SLURM_LOCALID", "")
-    task = int(localid) if localid.isdigit() else local_rank
+    task = int(localid) if is_digits(localid) else local_rank
     listed = gpubind.task_slot(environ, task, _srun_tasks_on_node(environ), count)
     if listed is not None:
         return listed[0], 1, listed[1]
@@ -244,14 +245,14 @@ def _partial_view(environ: Mapping[str, str], count: int) -> bool:
     explicit = any(value.removeprefix("verbose,").startswith(_TASK_BINDS)
                    for value in (tres, environ.get("SLURM_GPU_BIND", "")))
     on_node = environ.get("SLURM_GPUS_ON_NODE", "")
-    return not explicit and not environ.get("SLURM_GPUS_PER_TASK") and on_node.isdigit() and int(on_node) > count
+    return not explicit and not environ.get("SLURM_GPUS_PER_TASK") and is_digits(on_node) and int(on_node) > count
 
 
 def _srun_tasks_on_node(environ: Mapping[str, str]) -> int:
     """srun tasks of this step on this node (1 outside an srun step)."""
     per_node = environ.get("SLURM_STEP_TASKS_PER_NODE")
     node = environ.get("SLURM_NODEID", "0")
-    if "SLURM_STEP_ID" not in environ or not per_node or not node.isdigit():
+    if "SLURM_STEP_ID" not in environ or not per_node or not is_digits(node):
         return 1
     counts = hostlist.expand_counts(per_node)
     return counts[int(node)] if int(node) < len(counts) else 1

@@ -23,7 +23,7 @@ from torchslurm.runtime.slurmlayout import (
     srun_locality,
     tasks_per_node,
 )
-from torchslurm.runtime.variables import check_rank, first_set, require, whole_number
+from torchslurm.runtime.variables import check_rank, first_set, is_digits, require, whole_number
 
 LAUNCHERS = ("torchrun", "mpi", "srun", "batch", "local")
 LAUNCHER_VARIABLE = "TORCHSLURM_LAUNCHER"
@@ -311,7 +311,7 @@ def _check_exported_rank(environ: Mapping[str, str]) -> None:
     # With one rank per srun task RANK must be SLURM_PROCID; a launcher below srun that starts
     # several ranks per task (deepspeed) numbers them its own way, and its world is larger.
     one_rank_per_task = environ.get("WORLD_SIZE", "").strip() == environ.get("SLURM_STEP_NUM_TASKS", "-")
-    if ("SLURM_STEP_ID" in environ and procid.isdigit() and procid != environ["RANK"].strip()
+    if ("SLURM_STEP_ID" in environ and is_digits(procid) and procid != environ["RANK"].strip()
             and (missing or one_rank_per_task)):
         seen = f"this srun task has SLURM_PROCID={procid}, so every task inherited the same RANK"
     elif missing:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
 from torchslurm.errors import ConfigError, DistributedError, not_one_of
-from torchslurm.runtime import devices, fdlimit, gpubind, netif, storeproof
+from torchslurm.runtime import devices, fdlimit, gpubind, netif, startsignals, storeproof
 from torchslurm.runtime.devices import BACKENDS
 from torchslurm.runtime.distenv import DistEnv, detect
 from torchslurm.runtime.handshake import agree_namespace
@@ -104,6 +104,7 @@ def init(backend: str | None = None, timeout_s: float | None = None,
     run's ranks; under Slurm `torchslurm stacks JOB` reaches them without it (runtime.stackwatch).
     """
     environ = os.environ if environ is None else environ
+    startsignals.hold(environ)  # the job's warning signal: recorded from now on, for the Trainer's handlers
     if dist.is_available() and dist.is_initialized():
         raise DistributedError(
             "torch.distributed is already initialised in this process.",

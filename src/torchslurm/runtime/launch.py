@@ -30,6 +30,7 @@ from torchslurm.errors import ConfigError, DistributedError, below_minimum
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from torchslurm.runtime.devices import cpu_oversubscription, usable_cpus
 from torchslurm.runtime.distenv import LAUNCHER_VARIABLE, DistEnv, detect
+from torchslurm.runtime.variables import is_digits
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def _srun_plan(environ: Mapping[str, str], script: str, args: Sequence[str], npr
 
 def gpus_on_node(environ: Mapping[str, str]) -> int:
     """GPUs this job holds on this node, as Slurm reports them (0 on CPU jobs)."""
-    if environ.get("SLURM_GPUS_ON_NODE", "").isdigit():
+    if is_digits(environ.get("SLURM_GPUS_ON_NODE", "")):
         return int(environ["SLURM_GPUS_ON_NODE"])
     visible = environ.get("CUDA_VISIBLE_DEVICES", "")
     return len([d for d in visible.split(",") if d.strip()]) if "SLURM_JOB_GPUS" in environ else 0

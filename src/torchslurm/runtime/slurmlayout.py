@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from torchslurm import hostlist
 from torchslurm.errors import EnvError, HostlistError
 from torchslurm.runtime.ports import RDZV_PORT_EXPR
+from torchslurm.runtime.variables import is_digits
 
 SLURM_SETS_THEM = "these come from Slurm itself; check that no script exports SLURM_* variables by hand."
 
@@ -71,7 +72,7 @@ def step_node_count(environ: Mapping[str, str]) -> int:
     if "SLURM_STEP_ID" not in environ:
         return 0
     count = environ.get("SLURM_STEP_NUM_NODES", "")
-    if count.isdigit():
+    if is_digits(count):
         return int(count)
     nodes = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_NODELIST")
     try:
@@ -104,7 +105,7 @@ def check_one_group_per_node(environ: Mapping[str, str], world: int, num_nodes: 
 def idle_job_nodes(environ: Mapping[str, str], num_nodes: int) -> tuple[EnvError, ...]:
     """torchrun started in the batch shell of a multi-node job (not under srun) uses one node."""
     job_nodes = environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", ""))
-    if "SLURM_STEP_ID" in environ or not job_nodes.isdigit() or int(job_nodes) <= num_nodes:
+    if "SLURM_STEP_ID" in environ or not is_digits(job_nodes) or int(job_nodes) <= num_nodes:
         return ()
     return (EnvError(
         f"this Slurm job has {job_nodes} nodes (SLURM_JOB_NUM_NODES={job_nodes}) but torchrun, started without "
@@ -119,7 +120,7 @@ def srun_locality(environ: Mapping[str, str], world: int) -> tuple[int, int, int
     the same number per task (a launcher under srun). None outside a step, or when the world does
     not map onto the step's tasks."""
     node = environ.get("SLURM_NODEID", "")
-    if "SLURM_STEP_ID" not in environ or not node.isdigit():
+    if "SLURM_STEP_ID" not in environ or not is_digits(node):
         return None
     try:
         per_node = tasks_per_node(environ, len(slurm_nodes(environ)))
@@ -138,7 +139,7 @@ def hosts_store(environ: Mapping[str, str], nodes: list[str], master: str) -> bo
     step runs a task 0 of its own. None when `master` is not one of the step's nodes (an address
     given by the script): then rank 0 hosts it, as torch does."""
     node = environ.get("SLURM_NODEID", "")
-    if "SLURM_STEP_ID" not in environ or master not in nodes or not node.isdigit() or int(node) >= len(nodes):
+    if "SLURM_STEP_ID" not in environ or master not in nodes or not is_digits(node) or int(node) >= len(nodes):
         return None
     here = environ.get("SLURMD_NODENAME") or nodes[int(node)]
     return here == master and environ.get("SLURM_LOCALID", "0").strip() == "0"

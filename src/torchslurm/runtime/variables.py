@@ -8,11 +8,18 @@ from collections.abc import Mapping
 
 from torchslurm.errors import EnvError
 
-_WHOLE_NUMBER = re.compile(r"[-+]?[0-9]+")
+_WHOLE_NUMBER = re.compile(r"[-+]?[0-9]{1,18}")  # 18 digits: past any count, rank, id or port
+
+
+def is_digits(text: str) -> bool:
+    """`text` is 1 to 18 ASCII digits: a count, id or port that int() reads as written. str.isdigit()
+    is not this: it takes `²`, which int() refuses, and other scripts' digits, which int() reads and
+    Slurm and the launchers do not; and 5,000 digits are past int()'s limit."""
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
 def whole_number(name: str, value: str) -> int:
-    """A whole number as Slurm and torchrun write one: ASCII digits, optionally signed. Python's int() would
+    """A whole number as Slurm and torchrun write one: up to 18 ASCII digits, optionally signed. Python's int() would
     also take `12_0` (as 120) and non-ASCII digits, which would silently name another job or rank."""
     text = value.strip()
     if _WHOLE_NUMBER.fullmatch(text) is None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchslurm.errors import ConfigError
+from torchslurm.runtime.variables import is_digits
 
 DEFAULT_LAB_DIR = Path("/tmp/torchslurm-sandbox")
 BRIDGE = "tsbr0"
@@ -160,7 +161,7 @@ def veth_name(i: int) -> str:
 def node_index(name: str, nodes: int) -> int:
     """`node3` (or `3`) → 3, checked against the sandbox's node count."""
     digits = name.removeprefix("node")
-    if not digits.isdigit() or not 1 <= int(digits) <= nodes:
+    if not is_digits(digits) or not 1 <= int(digits) <= nodes:
         valid = ", ".join(node_name(i) for i in range(1, nodes + 1))
         raise ConfigError(f"node {name!r} is not in the sandbox; valid nodes: {valid}.", "use one of them")
     return int(digits)

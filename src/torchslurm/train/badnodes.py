@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torchslurm import hostlist
+from torchslurm.runtime.variables import is_digits
 from torchslurm.train.diagnosis import Peer
 
 DEFAULT_MAX_EXCLUDED_NODES = 4
@@ -93,7 +94,7 @@ def job_nodes(fields: Mapping[str, str]) -> JobNodes:
     """JobNodes from `scontrol show job` fields; HostlistError for a list Slurm would not print."""
     needed = fields.get("NumNodes", "1").split("-")[0]
     return JobNodes(tuple(p for p in fields.get("Partition", "").split(",") if p),
-                    int(needed) if needed.isdigit() else 1,
+                    int(needed) if is_digits(needed) else 1,
                     tuple(excluded_nodes(fields)), tuple(_expand(fields.get("ReqNodeList", ""))))
 
 

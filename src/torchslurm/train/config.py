@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from torchslurm.configfile import load_yaml, read_mapping, unknown_keys_error
-from torchslurm.errors import ConfigError, below_minimum, not_one_of
+from torchslurm.errors import ConfigError, below_minimum, not_one_of, shown
 from torchslurm.train.checkpoint.layout import CHECKPOINTS, MARKER, STATE_FILE, folder_of, step_dir
 from torchslurm.train.preflight import run_dir_problem
 
@@ -144,7 +144,7 @@ class TrainConfig:
 
 
 def _require(name: str, value: object, ok: bool, expected: str, example: str) -> ConfigError | None:
-    return None if ok else ConfigError(f"{name}={value!r}, expected {expected}.", f"e.g. {example}.")
+    return None if ok else ConfigError(f"{name}={shown(value)}, expected {expected}.", f"e.g. {example}.")
 
 
 def _at_least(config: TrainConfig, name: str, minimum: int, hint: str | None = None) -> ConfigError | None:
@@ -233,7 +233,7 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
         example = {"int": "3", "float": "0.01", "bool": "true", "str": "auto", "Path": "runs/demo"}[base]
         wanted = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "text",
                   "Path": "a path"}[base]
-        raise ConfigError(f"{name}={value!r} in {source}: expected {wanted}.", f"e.g. {name}={example}.")
+        raise ConfigError(f"{name}={shown(value)} in {source}: expected {wanted}.", f"e.g. {name}={example}.")
     return {"int": int, "float": float, "bool": bool, "str": str, "Path": Path}[base](value)
 
 
@@ -295,14 +295,14 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"{item!r} is not key=value.", f"e.g. epochs=3 (keys: {', '.join(valid_keys())}).")
+            raise ConfigError(f"{shown(item)} is not key=value.", f"e.g. epochs=3 (keys: {', '.join(valid_keys())}).")
         name = key.strip().replace("-", "_")
         kind = {**_field_types(ExampleConfig), **_field_types(TrainConfig)}.get(name, "")
         if kind.startswith(("str", "Path")) and text not in ("null", "~"):
             result[name] = text  # verbatim: run_dir=2024-01-01 or resume=007 stay text
             continue
         try:
-            result[name] = load_yaml(text) if text else ""  # YAML 1.2 numbers: lr=1e-3
+            result[name] = load_yaml(text, f"the value of {shown(name)[1:-1]}") if text else ""  # YAML 1.2: lr=1e-3
         except yaml.YAMLError:
             result[name] = text
     return result

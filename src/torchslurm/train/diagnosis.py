@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from torchslurm.errors import DistributedError
 
-_ADDRESS = re.compile(r"\[(?:::ffff:)?([0-9a-fA-F:.]+)\]:\d+")
+_ADDRESS = re.compile(r"\[(?:::ffff:)?([0-9a-fA-F:.]+)\]:[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def peer_address(error_text: str) -> str | None:
 def first_sentence(error_text: str) -> str:
     """The informative part of a c10d/Gloo error: no `[file.cc:553]` prefix, no advice paragraph."""
     lines = error_text.strip().splitlines()
-    text = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", lines[0] if lines else "")
+    text = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):[0-9]+\]\s*", "", lines[0] if lines else "")
     return text.split(". ")[0].rstrip(".") or "no message"
 
 

@@ -48,6 +48,7 @@ from torchslurm.errors import ConfigError, SlurmError, below_minimum, not_one_of
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from torchslurm.jobs.slurm import SlurmClient, run_command_status
 from torchslurm.jobs.spec import SIGNALS
+from torchslurm.runtime import startsignals
 from torchslurm.runtime.launch import mark_finished
 from torchslurm.train.badnodes import DEFAULT_MAX_EXCLUDED_NODES, NodeFault
 from torchslurm.train.requeue import Runner, job_end_time, plan_requeue, requeue, requeue_excluding, slurm_client
@@ -226,7 +227,9 @@ class Preemption:
         for sig in self.signals:
             if sig == signal.SIGINT and signal.getsignal(sig) is not signal.default_int_handler:
                 continue  # ignored (e.g. a background job) or someone else's: leave SIGINT alone
-            self._previous[sig] = signal.signal(sig, self._handle)
+            self._previous[sig], arrived = startsignals.handed_over(sig, signal.signal(sig, self._handle))
+            if arrived:  # during start-up, while torchslurm.init() held it
+                self._received.add(sig)
 
     def uninstall(self) -> None:
         for sig, previous in self._previous.items():

@@ -19,6 +19,7 @@ from torchslurm.errors import ConfigError, SlurmError, TorchSlurmError
 from torchslurm.hostlist import compress
 from torchslurm.jobs.slurm import SlurmClient, run_command_status
 from torchslurm.runtime.slurmlayout import slurm_job_id
+from torchslurm.runtime.variables import is_digits
 from torchslurm.train.badnodes import NodeFault, job_nodes, plan_exclusion
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def plan_requeue(environ: Mapping[str, str], max_requeues: int, wanted: bool) ->
     """Decide from data: requeue only in a Slurm job, when the stop asks for it, within budget."""
     target = requeue_target(environ)
     restarts_text = environ.get("SLURM_RESTART_COUNT", "0") or "0"
-    if not restarts_text.isdigit():
+    if not is_digits(restarts_text):
         raise ConfigError(f"SLURM_RESTART_COUNT={restarts_text!r} is not a count.",
                           "Slurm sets it; unset it when running outside Slurm.")
     restarts = int(restarts_text)

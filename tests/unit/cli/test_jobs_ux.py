@@ -216,6 +216,14 @@ def test_cancel_checks_the_signal_before_scancel(cancels: list[tuple[str, str | 
     assert capsys.readouterr().out == "job 123: sent USR2\njob 123: sent 10\njob 123: cancel requested\n"
 
 
+@pytest.mark.parametrize("value", ["²", "٣", "1" * 5000])
+def test_cancel_refuses_a_signal_in_other_digits(value: str, cancels: list[tuple[str, str | None]],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`²`.isdigit() is true and int('²') raised; `٣` was read as signal 3 (QUIT), which scancel would not know."""
+    assert main(["cancel", "123", "--signal", value]) == 2 and cancels == []
+    assert capsys.readouterr().err.startswith(f"error: --signal='{value[:20]}")
+
+
 @pytest.mark.parametrize("command", ["status", "logs", "cancel", "script", "submit"])
 def test_job_commands_have_a_description(command: str) -> None:
     sub = next(p for p in _parsers(build_parser()) if p.prog == f"torchslurm {command}")

@@ -97,6 +97,8 @@ def expected_argv(spec: JobSpec) -> list[str]:
     elif spec.launch == "srun":
         argv.append("--label")
     if spec.launch == "srun":
+        if spec.preemptible and spec.signal != "TERM":
+            argv += ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchslurm-rank"]
         return [*argv, spec.python, spec.script, *spec.args]
     argv += ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
     if spec.preemptible and spec.signal != "TERM":

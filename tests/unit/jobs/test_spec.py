@@ -67,6 +67,27 @@ def test_env_key_must_be_identifier() -> None:
     assert JobSpec(script="t.py", env={"B": 1, "A": True}).env == {"A": "true", "B": "1"}  # type: ignore[dict-item]
 
 
+@pytest.mark.parametrize("key", ["FOO\n", "\nFOO", "FOO\r", "FÖO", "FOO="])
+def test_an_env_key_with_a_trailing_newline_is_refused(key: str) -> None:
+    """`--env $'FOO\\n=bar'`: a pattern ending in `$` matched before the newline and the script broke at run time."""
+    with pytest.raises(ConfigError, match=r"env key .* is not a shell variable name\. HINT: use letters, digits"):
+        JobSpec(script="t.py", env={key: "bar"})
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("time", "١٢"), ("time", "9" * 5000), ("time", "60\n"), ("mem", "٣٢G"), ("array", "٠-٩"),
+])
+def test_slurm_values_take_ascii_digits_only(field: str, value: str) -> None:
+    """Other scripts' digits pass `\\d` and int(), not Slurm; 5000 digits passed `\\d+` and broke int()."""
+    with pytest.raises(ConfigError, match=rf"^{field}=.* (is not a Slurm|contains).*HINT"):
+        JobSpec(script="t.py", **{field: value})  # type: ignore[arg-type]
+
+
+def test_a_slurm_version_with_other_digits_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"has no MAJOR.MINOR"):
+        parse_slurm_version("slurm ٢٢.٠٥")
+
+
 def test_nproc_only_in_torchrun_mode() -> None:
     with pytest.raises(ConfigError, match=r"nproc_per_node=2 with launch='srun'.*HINT: use tasks_per_node"):
         JobSpec(script="t.py", nproc_per_node=2)

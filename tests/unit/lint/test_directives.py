@@ -130,3 +130,20 @@ def test_shebang_must_be_the_first_two_bytes(text: str, flagged: str | None) -> 
     found = [f.message for f in lint(text) if f.code == "no-shebang"]
     assert [m.startswith(flagged) for m in found] == ([True] if flagged else [])
 
+
+
+def test_dos_line_breaks_are_an_error_as_sbatch_refuses_them() -> None:
+    found = [f for f in lint("#!/bin/bash\n#SBATCH -N 1\r\nsrun -K python t.py\r\n") if f.code == "dos-line-breaks"]
+    assert [(f.severity, f.message) for f in found] == [
+        ("error", "line 2: this line ends in a DOS line break (\\r\\n): sbatch refuses a script with any (\"Batch "
+                  "script contains DOS line breaks\").")]
+    assert found[0].hint == "convert them to UNIX line breaks: dos2unix SCRIPT, or sed -i 's/\\r$//' SCRIPT."
+
+
+@pytest.mark.parametrize("value", ["²", "٣"])
+def test_counts_in_other_digits_are_not_numbers(value: str) -> None:
+    """`²`.isdigit() is true and int('²') raises; `٣` is read by int() as 3, by sbatch not at all."""
+    found = lint(f"#!/bin/bash\n#SBATCH --ntasks={value}\nsrun -K torchrun --nproc-per-node={value} t.py\n"
+                 f"deepspeed --num_gpus={value} t.py\naccelerate launch --num_processes {value} t.py\n")
+    assert [f.message for f in found if f.code == "invalid-value"] == [
+        f"line 2: #SBATCH --ntasks={value} is not a whole number of at least 1; sbatch refuses the script."]

@@ -13,6 +13,7 @@ from torchslurm.lint.lines import commands, logical_lines
 from torchslurm.lint.options import SBATCH, SRUN, parse_options
 from torchslurm.lint.parse import parse
 from torchslurm.lint.report import lint
+from torchslurm.lint.shell import MAX_VALUE
 
 
 def test_continuations_and_quoted_multiline_joined() -> None:
@@ -182,3 +183,56 @@ def test_arrays_are_followed_into_the_launch_line() -> None:
 def test_an_array_element_keeps_its_blanks_when_quoted() -> None:
     (launch,) = parse("A=(--x 'a b')\nsrun python t.py \"${A[@]}\" ${A[@]} \"${A[*]}\"\n").launches
     assert launch.words[-8:] == ["python", "t.py", "--x", "a b", "--x", "a", "b", "--x a b"]
+
+
+class _Counted(str):
+    """A script that counts the characters lint copies out of it or searches in it (slices, find, rfind, count):
+    reading it in linear time examines each character a bounded number of times, whatever the script holds."""
+
+    examined = 0
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]
+        part = super().__getitem__(key)
+        _Counted.examined += len(part) if isinstance(key, slice) else 0
+        return part
+
+    def find(self, sub, start=None, end=None):  # type: ignore[no-untyped-def,override]
+        at = super().find(sub, start, end)
+        _Counted.examined += (at if at >= 0 else len(self) if end is None else end) - (start or 0)
+        return at
+
+    def rfind(self, sub, start=None, end=None):  # type: ignore[no-untyped-def,override]
+        at = super().rfind(sub, start, end)
+        _Counted.examined += (len(self) if end is None else end) - max(at, start or 0)
+        return at
+
+    def count(self, sub, start=None, end=None):  # type: ignore[no-untyped-def,override]
+        _Counted.examined += (len(self) if end is None else end) - (start or 0)
+        return super().count(sub, start, end)
+
+
+def test_reading_a_long_script_takes_linear_time_in_lines_and_heredocs() -> None:
+    """Each heredoc copied the rest of the script to read its delimiter: quadratic in heredocs (200,000 lines of
+    them took minutes). Counted in characters examined, not seconds: a test of time would be a test of the machine."""
+    block = ("cat <<EOF > f\nbody $x\nEOF\necho 'a b' \"$c\" x=$((1 + 2)) <<< w\n# note\nsrun -K python t.py\n"
+             "cat <<-'END'\n\tbody\n\tEND\n")
+    text = _Counted("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1\n" + block * 400)
+    _Counted.examined = 0
+    lint(text)
+    assert _Counted.examined < 20 * len(text), f"{_Counted.examined} characters examined for {len(text)}"
+
+
+def test_a_variable_that_doubles_on_every_line_stays_bounded() -> None:
+    script = parse("#!/bin/bash\nA=xxxxxxxxxxxxxxxx\n" + "A=$A$A\n" * 64 + "B=${A}y\nsrun -K python t.py $B\n")
+    assert len(script.exports["A"][1]) <= MAX_VALUE and len(script.exports["B"][1]) <= MAX_VALUE
+    assert len(script.launches[0].words[-1]) <= MAX_VALUE
+
+
+@pytest.mark.parametrize("line", [
+    'echo "' + '$(echo "' * 600 + "x" + '")' * 600 + '"',      # bash -n reads both
+    "echo $((" + "(" * 600 + "1" + ")" * 600 + "))",
+    "echo ${a:-" * 600 + "x" + "}" * 600,
+])
+def test_nesting_hundreds_deep_is_read_without_a_recursion_error(line: str) -> None:
+    script = parse(f"#!/bin/bash\n{line}\nsrun -K python t.py\n")
+    assert script.unclosed == [] and [ln.line for ln in script.launches] == [3]

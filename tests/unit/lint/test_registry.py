@@ -24,6 +24,7 @@ ACCELERATE = TWO_NODES + "srun -K accelerate launch --num_machines 2 "
 # code -> (a script the rule flags, a script it does not flag): the smallest change between the two
 CASES: dict[str, tuple[str, str]] = {
     "no-shebang": ("#SBATCH -N 1\nsrun python t.py\n", H + "#SBATCH -N 1\nsrun python t.py\n"),
+    "dos-line-breaks": (H + "#SBATCH -N 1\r\nsrun python t.py\r\n", H + "#SBATCH -N 1\nsrun python t.py\n"),
     "unknown-option": (H + "#SBATCH --nodse=2\nsrun python t.py\n", H + "#SBATCH --nodes=2\nsrun python t.py\n"),
     "invalid-value": (H + "#SBATCH --time=abc\nsrun python t.py\n", H + "#SBATCH --time=90\nsrun python t.py\n"),
     "late-directive": (H + "#SBATCH -N 1\necho hi\n#SBATCH -t 5\n", H + "#SBATCH -N 1\n#SBATCH -t 5\necho hi\n"),

@@ -3,7 +3,7 @@ the batch shell expands once."""
 
 from __future__ import annotations
 
-from torchslurm.lint.shell import batch_expanded, batch_marker, expand, raw_words, shown
+from torchslurm.lint.shell import MAX_VALUE, batch_expanded, batch_marker, expand, raw_words, shown
 
 
 def _known(name: str, arithmetic: bool) -> str | None:
@@ -28,3 +28,22 @@ def test_a_per_task_variable_expanded_by_the_batch_shell_is_marked_and_shown_as_
     word = f"--rank={batch_marker('SLURM_PROCID')}"
     assert batch_expanded(word) == "SLURM_PROCID" and shown(word) == "--rank=$SLURM_PROCID"
     assert batch_expanded("--rank=$SLURM_PROCID") is None
+
+
+def test_pieces_nested_thousands_deep_are_scanned_without_recursion() -> None:
+    nested = '"' + '$(echo "' * 3000 + "x" + '")' * 3000 + '"'
+    assert raw_words(f"echo {nested} next") == ["echo", nested, "next"]
+    assert raw_words("echo " + "${a:-" * 3000 + "x" + "}" * 3000) == ["echo", "${a:-" * 3000 + "x" + "}" * 3000]
+
+
+def test_defaults_nested_past_the_limit_stay_as_written() -> None:
+    deep = "${A:-" * 500 + "x" + "}" * 500
+    assert expand(deep, _known) == [deep]
+    assert expand("${A:-${B:-x}}", _known) == ["x"]
+
+
+def test_a_word_whose_values_add_up_past_the_limit_stays_as_written() -> None:
+    """`A=$A$A` over and over would otherwise double a value until memory runs out."""
+    long = "y" * (MAX_VALUE // 2 + 1)
+    assert expand("$L$L", lambda name, _: long if name == "L" else None) == ["$L$L"]
+    assert expand("$L", lambda name, _: long if name == "L" else None) == [long]

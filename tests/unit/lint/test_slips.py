@@ -42,3 +42,10 @@ def test_one_dash_option_says_how_getopt_reads_it() -> None:
 def test_directives_after_the_first_command_are_not_slips() -> None:
     assert [f.code for f in lint(H + "#SBATCH -N 1\necho hi\n# SBATCH --nodes=2\n#SBATCH -nodes=3\n")] == [
         "late-directive"]
+
+
+def test_code_nested_deeper_than_lint_reads_is_reported_not_a_recursion_error() -> None:
+    (f,) = [f for f in lint("#!/bin/bash\n#SBATCH -N 1\n" + "eval " * 1000 + "srun -K python t.py\n")]
+    assert (f.severity, f.code) == ("warning", "unread-lines")
+    assert f.message == ("line 3 runs code inside code (`eval`, `bash -c`) more than 16 levels deep; lint reads no "
+                         "deeper, so the innermost code was not checked.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from torchslurm.errors import EnvError
-from torchslurm.runtime.variables import check_rank, first_set, require, whole_number
+from torchslurm.runtime.variables import check_rank, first_set, is_digits, require, whole_number
 
 
 @pytest.mark.parametrize(("value", "number"), [("7", 7), (" 12 ", 12), ("-1", -1), ("+3", 3)])
@@ -13,7 +13,7 @@ def test_whole_numbers_as_slurm_writes_them(value: str, number: int) -> None:
     assert whole_number("SLURM_PROCID", value) == number
 
 
-@pytest.mark.parametrize("value", ["12_0", "٣", "3.0", "", "0x10", "three"])
+@pytest.mark.parametrize("value", ["12_0", "٣", "3.0", "", "0x10", "three", "9" * 5001])
 def test_what_int_would_take_or_misread_is_refused(value: str) -> None:
     with pytest.raises(EnvError, match=rf"SLURM_PROCID={value!r} is not an integer") as info:
         whole_number("SLURM_PROCID", value)
@@ -42,3 +42,12 @@ def test_ranks_lie_inside_their_size() -> None:
         check_rank("RANK", 4, "WORLD_SIZE", 4)
     with pytest.raises(EnvError, match="WORLD_SIZE=0 must be at least 1"):
         check_rank("RANK", 0, "WORLD_SIZE", 0)
+
+
+@pytest.mark.parametrize(("text", "digits"), [
+    ("0", True), ("4096", True), ("9" * 18, True),
+    ("", False), ("²", False), ("٣", False), ("12\n", False), (" 1", False), ("-1", False), ("9" * 19, False),
+])
+def test_is_digits_takes_ascii_digits_only(text: str, digits: bool) -> None:
+    """str.isdigit() says yes to `²` (int() refuses it) and `٣` (int() reads 3, Slurm does not)."""
+    assert is_digits(text) is digits

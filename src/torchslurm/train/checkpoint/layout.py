@@ -37,7 +37,7 @@ MARKER = "COMPLETE"
 TENSORS_FILE = "tensors.pt"
 SHARDS = "shards"
 LOCK = ".torchslurm-run.lock"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
+_STEP_DIR = re.compile(r"step-([0-9]+)")
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -96,7 +96,7 @@ class Pruner:
 
     def verified(self, path: Path) -> None:
         """`path` (a step-N folder) verifies and is on disk."""
-        match = _STEP_DIR.match(Path(path).name)
+        match = _STEP_DIR.fullmatch(Path(path).name)
         if match:
             self._verified[Path(path).name] = int(match.group(1))
 
@@ -170,7 +170,7 @@ def complete(root: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for child in Path(root).iterdir():
-        match = _STEP_DIR.match(child.name)
+        match = _STEP_DIR.fullmatch(child.name)
         if match and (child / MARKER).is_file():
             found.append((int(match.group(1)), child))
     return sorted(found)
