@@ -122,6 +122,14 @@ SAVE_ERRORS = (Exception, CheckpointException)
 BaseException) that gathers every rank's."""
 
 
+def disk_failure(error: BaseException) -> bool:
+    """Whether a failed save failed on the file system (said as such by save_failed), rather than in a
+    collective whose peer went away, which must reach the watchdog unchanged."""
+    if isinstance(error, CheckpointException) and error.failures:
+        error = next(iter(error.failures.values()))[0]
+    return isinstance(error, CheckpointError) or _os_error(error) is not None
+
+
 def save_failed(step: int, error: BaseException) -> CheckpointError:
     """The one message of a save that failed, whether it was written on the training thread, in the
     background or made durable afterwards: the cause (a full disk named as such), and the previous
@@ -281,6 +289,8 @@ class Writer:
             self.last = write(snap, later=self._durability, attempt=self.attempt(), pruner=self._pruner)
         except SAVE_ERRORS as exc:
             self._durability = None
+            if not disk_failure(exc):
+                raise  # a peer gone mid-save (a failed collective): the watchdog's to diagnose
             raise save_failed(snap.step, exc) from exc
         return self.last
 
@@ -336,7 +346,7 @@ class Writer:
             self.last = write(snap, self._group, later=later, attempt=self._attempt, pruner=self._pruner)
         except BaseException as exc:  # reported on the training thread by wait()
             self._error = exc
-            if isinstance(exc, SAVE_ERRORS):
+            if isinstance(exc, SAVE_ERRORS) and disk_failure(exc):
                 self._error = save_failed(snap.step, exc)
                 self._error.__cause__ = exc
 
