@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from torchslurm.errors import TorchSlurmError
+from torchslurm.runtime.safefiles import open_append, open_write
 from torchslurm.runtime.stackdump import RankStack, snapshot
-from torchslurm.safefiles import open_append, open_write
 
 logger = logging.getLogger(__name__)
 

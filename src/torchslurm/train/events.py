@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from torchslurm.safefiles import open_append
+from torchslurm.runtime.safefiles import open_append
 
 _NOT_SCALARS = frozenset({"kind", "epoch", "step"})
 

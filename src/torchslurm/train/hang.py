@@ -39,9 +39,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from torchslurm.errors import ConfigError, TorchSlurmError
+from torchslurm.runtime.safefiles import open_append, replace
 from torchslurm.runtime.stackdump import RankStack, snapshot
 from torchslurm.runtime.stackreport import format_groups
-from torchslurm.safefiles import open_append, replace
 from torchslurm.train.watchdog import store_client
 
 if TYPE_CHECKING:

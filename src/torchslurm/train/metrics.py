@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from torchslurm.safefiles import open_append, replace
+from torchslurm.runtime.safefiles import open_append, replace
 from torchslurm.train.events import EventWriter
 
 logger = logging.getLogger(__name__)

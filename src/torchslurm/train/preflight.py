@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from torchslurm.errors import ConfigError, TorchSlurmError
-from torchslurm.safefiles import open_new
+from torchslurm.runtime.safefiles import open_new
 
 __all__ = ["optimizer_problem", "run_dir_problem"]
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from torchslurm.safefiles import replace
+from torchslurm.runtime.safefiles import replace
 from torchslurm.train.metrics import Totals, totals
 from torchslurm.train.stragglers import STRAGGLERS_FILE, RankTiming, Straggler, gather_record, summary
 

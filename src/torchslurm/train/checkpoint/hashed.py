@@ -22,7 +22,7 @@ import torch
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.utils.serialization import config as serialization_config
 
-from torchslurm.safefiles import open_write
+from torchslurm.runtime.safefiles import open_write
 from torchslurm.train.checkpoint import integrity
 
 PARALLEL_BYTES = 1 << 20

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from torchslurm.errors import CheckpointError
 from torchslurm.jobs.rundir import job_of
-from torchslurm.safefiles import open_new
+from torchslurm.runtime.safefiles import open_new
 from torchslurm.train.checkpoint.layout import LOCK
 
 logger = logging.getLogger(__name__)

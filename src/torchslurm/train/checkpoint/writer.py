@@ -36,7 +36,7 @@ from torch.distributed.tensor import DTensor
 
 from torchslurm.errors import CheckpointError
 from torchslurm.exitcodes import FAILED_EXIT_CODE
-from torchslurm.safefiles import open_write
+from torchslurm.runtime.safefiles import open_write
 from torchslurm.train.checkpoint import hashed
 from torchslurm.train.checkpoint.layout import (
     FORMAT,

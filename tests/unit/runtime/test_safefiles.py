@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from torchslurm.errors import TorchSlurmError
-from torchslurm.safefiles import open_append, open_new, open_write, replace
+from torchslurm.runtime.safefiles import open_append, open_new, open_write, replace
 
 
 @pytest.fixture
