@@ -20,8 +20,8 @@ from torchslurm._version import __version__
 from torchslurm.errors import TorchSlurmError, render
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("run", "train", "export", "sandbox", "script", "submit", "status", "stacks", "logs",
-                             "cancel", "lint", "doctor", "bench")
+COMMANDS: tuple[str, ...] = ("run", "train", "export", "sandbox", "script", "submit", "sweep", "status", "stacks",
+                             "logs", "cancel", "lint", "doctor", "bench")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -53,9 +53,11 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the training script")
 
 
-def spec_from_args(args: argparse.Namespace) -> Asked:
-    """The job spec of the --spec file (read here, once) and the flags, which win."""
-    from_file = jobspec.read_file(args.spec) if args.spec is not None else {}
+def spec_from_args(args: argparse.Namespace, from_file: dict[str, Any] | None = None) -> Asked:
+    """The job spec of the --spec file (read here, once, unless `from_file` is what it holds) and the
+    flags, which win."""
+    if from_file is None:
+        from_file = jobspec.read_file(args.spec) if args.spec is not None else {}
     file_keys = frozenset(from_file)
     given: dict[str, Any] = {}
     for f in dataclasses.fields(JobSpec):

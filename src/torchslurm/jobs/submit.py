@@ -44,21 +44,26 @@ def unknown_placeholders(pattern: str, known: Mapping[str, str]) -> list[str]:
     return [m.group(0) for m in _PLACEHOLDER.finditer(pattern) if m.group(1) != "%" and m.group(1) not in known]
 
 
-def prepare(spec: JobSpec, run_dir: Path) -> tuple[JobSpec, Path]:
+def prepare(spec: JobSpec, run_dir: Path, render_with: Callable[[JobSpec], str] = render) -> tuple[JobSpec, Path]:
     """Put relative log patterns into `run_dir`, write the script there (a file of its own,
-    `new_script`); (spec used, script path)."""
+    `new_script`, rendered by `render_with`); (spec used, script path)."""
     run_dir = run_dir.resolve()
+    spec = placed(spec, run_dir)
+    for name in ("output", "error"):
+        value = getattr(spec, name)
+        if value is not None:
+            _make_log_directory(name, value, spec.name)
+    return spec, new_script(run_dir, spec.name, render_with(spec))
+
+
+def placed(spec: JobSpec, run_dir: Path) -> JobSpec:
+    """`spec` with its relative log patterns placed in `run_dir`."""
     changes: dict[str, str] = {}
     for name in ("output", "error"):
         value = getattr(spec, name)
         if value is not None and not value.startswith("/"):
             changes[name] = str(run_dir / value)
-    spec = dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
-    for name in ("output", "error"):
-        value = getattr(spec, name)
-        if value is not None:
-            _make_log_directory(name, value, spec.name)
-    return spec, new_script(run_dir, spec.name, render(spec))
+    return dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
 
 
 def new_script(run_dir: Path, name: str, text: str) -> Path:
