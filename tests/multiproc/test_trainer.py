@@ -90,6 +90,7 @@ def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
     resumed, resumed_result = _fit(ctx, out / "epoch2")
     fallback, _ = _fit(ctx, out / "corrupt")
     _, stopped = _fit(ctx, out / "mid", stop_at=30, checkpoint_every_epochs=0)
+    stopped_outcome = (out / "mid" / "outcome.json").read_text() if ctx.is_main else ""
     mid, _ = _fit(ctx, out / "mid", checkpoint_every_epochs=0)
     _, stopped_accum = _fit(ctx, out / "accum", stop_at=13, grad_accum_steps=2)
     accum_mid, _ = _fit(ctx, out / "accum", grad_accum_steps=2)
@@ -110,7 +111,29 @@ def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
         "final_accuracy": full_result.val.accuracy,
         "metrics_epochs": [json.loads(line)["epoch"] for line in (out / "mid" / "metrics.jsonl").read_text()
                            .splitlines() if '"kind": "epoch"' in line],
+        "outcomes": {"stopped": json.loads(stopped_outcome) if stopped_outcome else None,
+                     "raised": _raise_at(ctx, out / "failed", 5)},
     }
+
+
+def _raise_at(ctx: Any, run_dir: Path, step: int) -> bool:
+    """A fit whose should_stop raises on every rank at `step`: each rank writes outcome.json `failed`."""
+    from torchslurm.train.trainer import Trainer
+
+    model, optimizer, loss_fn, train, val, cfg = _parts(run_dir, epochs=1)
+    trainer = Trainer(model, optimizer, loss_fn, train, val, cfg, ctx=ctx)
+
+    def boom() -> bool:
+        if trainer.global_step == step:
+            raise ValueError(f"injected at step {step}\nnot this line")
+        return False
+
+    trainer.should_stop = boom
+    try:
+        trainer.fit()
+    except ValueError:
+        return True
+    return False
 
 
 def _beside_worker(ctx: Any, out: Path) -> dict[str, Any]:
@@ -174,6 +197,17 @@ def test_resume_fallback_and_determinism_with_two_ranks(tmp_path: Path) -> None:
     assert r["mid_epoch_metrics_equal"], "and its epoch metrics (train sums restored) the same"
     assert r["accum_stopped"] == [True, 13] and r["accum_mid_equal"] and r["accum_differs_from_plain"]
     assert r["metrics_epochs"] == [1, 2, 3]  # the resumed run's log has each epoch once
+    # outcome.json: rank 0 says how each fit ended; a rank whose fit raised says failed, with the error's first line
+    completed = json.loads((tmp_path / "full" / "outcome.json").read_text())
+    assert {k: completed[k] for k in ("state", "epochs_done", "step", "error", "rank", "requeued")} == {
+        "state": "completed", "epochs_done": 3, "step": 69, "error": None, "rank": 0, "requeued": False}
+    assert completed["wall_s"] > 0
+    assert {k: r["outcomes"]["stopped"][k] for k in ("state", "epochs_done", "step", "requeued")} == {
+        "state": "stopped", "epochs_done": 1, "step": 30, "requeued": False}
+    assert json.loads((tmp_path / "mid" / "outcome.json").read_text())["state"] == "completed"  # the resumed fit
+    failed = json.loads((tmp_path / "failed" / "outcome.json").read_text())
+    assert r["outcomes"]["raised"] and failed["rank"] in (0, 1)
+    assert (failed["state"], failed["error"], failed["step"]) == ("failed", "ValueError: injected at step 5", 5)
     marker = json.loads((tmp_path / "full" / "checkpoints" / "step-000000069" / "COMPLETE").read_text())
     assert sorted(marker["files"]) == ["rank-00000.pt", "rank-00001.pt", "state.pt", "tensors.pt"]  # every rank's
     assert r["final_accuracy"] >= 0.9

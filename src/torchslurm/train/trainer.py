@@ -34,6 +34,7 @@ from torchslurm.train.data import ShardSampler, batches, epoch_batches
 from torchslurm.train.events import EventWriter
 from torchslurm.train.hang import hang_watch
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
+from torchslurm.train.outcome import RunOutcome, requeued
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
 from torchslurm.train.preflight import optimizer_problem, run_dir_problem
 from torchslurm.train.report import RunReport
@@ -152,8 +153,9 @@ class Trainer:
 
     # ---- the loop ---------------------------------------------------------------------------
     def fit(self) -> FitResult:
-        """Train for config.epochs (resuming first, as config.resume says)."""
-        with ExitStack() as stack:
+        """Train for config.epochs (resuming first, as config.resume says); outcome.json says how it ended."""
+        with RunOutcome(self.config.run_dir, self.topo.rank, lambda: (self.epoch, self.global_step)) as outcome, \
+                ExitStack() as stack:
             if self.is_main:
                 stack.callback(self.curves.close)
                 stack.callback(self.log.close)
@@ -170,6 +172,7 @@ class Trainer:
                 self.checkpointer.close()  # a preemption stop or the end: the requeued job finds it complete
             if result.stopped_early and self._preemption is not None:
                 result = replace(result, exit_code=self._preemption.finish(self.topo.rank))
+            outcome.ended(result.stopped_early, requeued(self._preemption))
         return result
 
     def _protect(self, stack: ExitStack, preemption: Preemption) -> None:
