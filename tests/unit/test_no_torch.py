@@ -26,7 +26,8 @@ TORCH_FREE_MODULES = sorted(
     name for name in (".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
                       for path in (SRC / "torchslurm").rglob("*.py"))
     if name not in TORCH_MODULES and not name.endswith("__main__"))
-TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"]]
+TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"],
+                       ["sweep", "--dry-run", "--grid", "lr=0.1,0.01", "train.py"]]
 
 
 def test_the_block_really_blocks_torch(without_torch: WithoutTorch) -> None:
@@ -45,4 +46,4 @@ def test_command_works_without_torch(argv: list[str], without_torch: WithoutTorc
     (tmp_path / "train.py").write_text("print('training')\n")  # run checks that the script is there
     result = without_torch(*argv, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "usage:" in result.stdout or "local" in result.stdout
+    assert "usage:" in result.stdout or "local" in result.stdout or "points to submit" in result.stdout

@@ -14,7 +14,11 @@ from torchslurm.cli.sandbox import hint_sandbox
 from torchslurm.cli.script import add_spec_arguments, report, spec_from_args
 
 if TYPE_CHECKING:
-    from torchslurm.jobs.sweep import Validator
+    from torchslurm.jobs.asked import Asked
+    from torchslurm.jobs.slurm import SlurmClient
+    from torchslurm.jobs.spec import JobSpec
+    from torchslurm.jobs.sweep import Sweep, Validator
+    from torchslurm.jobs.sweepstate import Manifest, Point, PointState
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,15 +47,50 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.configfile import read_mapping
-    from torchslurm.jobs import spec as jobspec
     from torchslurm.jobs import sweep as sweeps
     from torchslurm.jobs.asked import bash_syntax, findings
     from torchslurm.jobs.findings import by_severity
     from torchslurm.jobs.slurm import SlurmClient
-    from torchslurm.jobs.submit import expand_pattern, never_starts, placed
-    from torchslurm.jobs.sweepscript import array_spec, render_array, submit_array
+    from torchslurm.jobs.submit import never_starts, placed
+    from torchslurm.jobs.sweepscript import array_spec, render_array
     from torchslurm.jobs.sweepstate import point_states, read_manifest, read_outcomes, slurm_tasks, to_resubmit
+
+    asked, sweep, points = _sweep_of(args)
+    client = SlurmClient()
+    version = args.slurm_version or (client.version() if asked.spec.gpus_per_node and not args.dry_run else None)
+    found = findings(asked, version, Path.cwd(), submitting=not args.dry_run)
+    if not args.dry_run:
+        found += never_starts(asked.spec, client, asked.spelling)
+    old = read_manifest(sweep.sweep_dir)
+    if old is not None and (differ := sweeps.same_points(old, points)):
+        raise differ
+    manifest = old or sweeps.manifest(sweep, points)  # run again: Slurm and each run_dir say what is left to do
+    states = point_states(manifest, read_outcomes(manifest), slurm_tasks(manifest, client)) \
+        if manifest.submissions else None
+    chosen = to_resubmit(states) if states is not None else [p.index for p in points]
+    if not chosen:
+        print(f"sweep {sweep.name}: all {len(points)} points are completed, pending or running; nothing to submit")
+        _print_table(sweeps.table(manifest, states, chosen))
+        return 0
+    spec = placed(array_spec(asked.spec, sweep, chosen), manifest.sweep_dir)
+    text = render_array(spec, sweep, [manifest.points[i] for i in chosen])
+    code = report(by_severity([*found, *bash_syntax(text)]), args.force)
+    if code:
+        return code
+    if args.dry_run:
+        sys.stdout.write(text)
+        print(f"\n# sweep {sweep.name} in {manifest.sweep_dir}: {len(chosen)} of {len(points)} points to submit")
+        _print_table(sweeps.table(manifest, states, chosen))
+        return 0
+    return _submit(asked.spec, sweep, manifest, chosen, states, client)
+
+
+def _sweep_of(args: argparse.Namespace) -> tuple[Asked, Sweep, list[Point]]:
+    """The job spec (the --spec file without its sweep: section, and the flags), the sweep (that
+    section and the sweep flags) and its points, every point checked."""
+    from torchslurm.configfile import read_mapping
+    from torchslurm.jobs import spec as jobspec
+    from torchslurm.jobs import sweep as sweeps
 
     from_file = read_mapping(args.spec, f"job spec {args.spec}", [*jobspec.field_names(), "sweep"]) \
         if args.spec is not None else {}
@@ -62,40 +101,23 @@ def handle(args: argparse.Namespace) -> int:
     sweep = sweeps.section(from_file.get("sweep"), asked.spec, flags)
     points = sweeps.expand(sweep)
     sweeps.check(asked.spec, sweep, points, settings_check(asked.spec.args))
-    client = SlurmClient()
-    version = args.slurm_version or (client.version() if asked.spec.gpus_per_node and not args.dry_run else None)
-    found = findings(asked, version, Path.cwd(), submitting=not args.dry_run)
-    if not args.dry_run:
-        found += never_starts(asked.spec, client, asked.spelling)
-    old = read_manifest(sweep.sweep_dir)
-    if old is not None and (differ := sweeps.same_points(old, points)):
-        raise differ
-    manifest = old or sweeps.manifest(sweep, points)
-    states = point_states(manifest, read_outcomes(manifest), slurm_tasks(manifest, client)) \
-        if manifest.submissions else None
-    chosen = to_resubmit(states) if states is not None else [p.index for p in points]
-    text = render_array(placed(array_spec(asked.spec, sweep, chosen or [0]), sweep.sweep_dir), sweep,
-                        [manifest.points[i] for i in chosen or [0]])
-    code = report(by_severity([*found, *bash_syntax(text)]), args.force)
-    if code:
-        return code
-    if not chosen:
-        print(f"sweep {sweep.name}: all {len(points)} points are completed, pending or running; nothing to submit")
-        _print_table(sweeps.table(manifest, states, chosen))
-        return 0
-    if args.dry_run:
-        sys.stdout.write(text)
-        print(f"\n# sweep {sweep.name} in {manifest.sweep_dir}: {len(chosen)} of {len(points)} points to submit")
-        _print_table(sweeps.table(manifest, states, chosen))
-        return 0
-    done, submission = submit_array(asked.spec, sweep, manifest, chosen, client)
-    output = placed(array_spec(asked.spec, sweep, chosen), done.sweep_dir).output
-    print(f"submitted sweep {sweep.name}: job {submission.job_id}, array "
-          f"{array_spec(asked.spec, sweep, chosen).array} ({len(chosen)} of {len(points)} points)")
+    return asked, sweep, points
+
+
+def _submit(spec: JobSpec, sweep: Sweep, manifest: Manifest, chosen: list[int], states: list[PointState] | None,
+            client: SlurmClient) -> int:
+    from torchslurm.jobs import sweep as sweeps
+    from torchslurm.jobs.submit import expand_pattern, placed
+    from torchslurm.jobs.sweepscript import array_spec, submit_array
+
+    done, submission = submit_array(spec, sweep, manifest, chosen, client)
+    used = placed(array_spec(spec, sweep, chosen), done.sweep_dir)
+    print(f"submitted sweep {sweep.name}: job {submission.job_id}, array {used.array} "
+          f"({len(chosen)} of {len(manifest.points)} points)")
     _print_table(sweeps.table(done, states, chosen))
     print(f"  folder:  {done.sweep_dir} (sweep.json lists the points and submissions)")
     print(f"  script:  {submission.script}")
-    print(f"  logs:    {expand_pattern(output, {'x': asked.spec.name, 'A': submission.job_id})}  (%a: the point)")
+    print(f"  logs:    {expand_pattern(used.output, {'x': spec.name, 'A': submission.job_id})}  (%a: the point)")
     print(f"  results: torchslurm results {done.sweep_dir}; run this command again to resubmit what failed")
     return 0
 
