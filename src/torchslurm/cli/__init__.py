@@ -21,7 +21,7 @@ from torchslurm.errors import TorchSlurmError, render
 
 # Subcommand modules, in the order `--help` lists them.
 COMMANDS: tuple[str, ...] = ("run", "train", "export", "sandbox", "script", "submit", "status", "stacks", "logs",
-                             "cancel", "lint", "doctor", "bench")
+                             "cancel", "results", "lint", "doctor", "bench")
 
 
 class _Parser(argparse.ArgumentParser):
