@@ -313,8 +313,14 @@ class SlurmClient:
 
     def show_job(self, job_id: str, timeout_s: float = 60) -> dict[str, str]:
         """`scontrol show job -o JOB` fields (finished jobs stay visible for MinJobAge)."""
+        return self.show_jobs(job_id, timeout_s)[0]
+
+    def show_jobs(self, job_id: str, timeout_s: float = 60, known: bool = True) -> list[dict[str, str]]:
+        """Every record of `scontrol show job -o JOB` (one per array task); `known=False`: [] for an unknown job."""
         job_id = check_job_id(job_id)
         result = self._call(["scontrol", "show", "job", "-o", job_id], timeout_s=timeout_s, check=False)
+        if result.returncode != 0 and "Invalid job id" in result.stderr and not known:
+            return []
         if result.returncode != 0 and "Invalid job id" in result.stderr:
             raise SlurmError(f"job {job_id} is unknown to Slurm: {result.stderr.strip()}.", "it may have finished "
                              "more than MinJobAge ago (`scontrol show config | grep MinJobAge`); its log files are "
@@ -323,8 +329,7 @@ class SlurmClient:
             raise SlurmError(f"scontrol show job {job_id} failed ({result.returncode}): {result.stderr.strip()}.",
                              failure_hint(result.stderr))
         # an array job shows one record per task: one line each with -o, blank-line separated without
-        first = re.split(r"\n(?=JobId=)|\n\s*\n", result.stdout.strip())[0]
-        return parse_scontrol(first)
+        return [parse_scontrol(one) for one in re.split(r"\n(?=JobId=)|\n\s*\n", result.stdout.strip())]
 
     def status(self, job_id: str) -> JobStatus:
         """scontrol's view (state, exit code, log paths); squeue only answers while queued."""
