@@ -26,7 +26,7 @@ TORCH_FREE_MODULES = sorted(
     name for name in (".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
                       for path in (SRC / "torchslurm").rglob("*.py"))
     if name not in TORCH_MODULES and not name.endswith("__main__"))
-TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"]]
+TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"], ["results", "--help"]]
 
 
 def test_the_block_really_blocks_torch(without_torch: WithoutTorch) -> None:

@@ -36,11 +36,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def handle(args: argparse.Namespace) -> int:
     from torchslurm.jobs.results import collect
     from torchslurm.jobs.slurm import SlurmClient
-    from torchslurm.jobs.table import check_column, render, sort_rows
+    from torchslurm.jobs.table import Row, check_column, render, sort_rows
 
     results = collect(args.directory, None if args.no_slurm else SlurmClient())
     columns = results.columns()
-    rows = results.rows()
+    rows: list[Row] = list(results.rows())
     if args.sort is not None:
         rows = sort_rows(rows, check_column(args.sort, columns), descending=args.desc)
     elif args.desc:

@@ -62,7 +62,11 @@ def curve_metric(results: Results, metric: str) -> str | None:
 
 def check(results: Results, metric: str, x: str | None) -> str:
     """The key along x, once `metric` is known to be a numeric column (a ConfigError if not)."""
-    check_column(metric, numeric_columns(results, results.rows()), "--plot")
+    numeric = numeric_columns(results, results.rows())
+    if metric in results.columns() and metric not in numeric:
+        raise ConfigError(f"--plot {metric!r} has no number to draw in any row.",
+                          f"draw one of: {', '.join(numeric) or '(none yet: no run has written metrics)'}.")
+    check_column(metric, numeric, "--plot")
     return x_key(results, x)
 
 

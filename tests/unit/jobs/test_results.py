@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.unit.jobs.conftest import FakeRun, fixture
+
 from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.jobs.results import (METRICS_FILE, collect, epoch_records, read_metrics, run_dirs,
-                                     settings_of_name)
+from torchslurm.jobs.results import METRICS_FILE, collect, epoch_records, read_metrics, run_dirs, settings_of_name
 from torchslurm.jobs.slurm import SlurmClient
 from torchslurm.jobs.sweepstate import Manifest, Outcome, Point, Submission, write_manifest
 
@@ -90,7 +89,7 @@ def test_settings_are_read_from_run_folder_names_that_hold_them() -> None:
 def test_a_folder_of_run_dirs_is_one_row_each_ordered_by_index_then_name(tmp_path: Path) -> None:
     _write_run(tmp_path / "10-lr=0.1", _lines(_epoch(1, 0.5, 0.8)), _outcome("completed", 1))
     _write_run(tmp_path / "2-lr=0.01", _lines(_epoch(1, 0.6, 0.7)), _outcome("failed", 1, "ValueError: boom"))
-    _write_run(tmp_path / "extra", _lines(_epoch(1, 0.7, 0.6), _epoch(2, 0.6, 0.7)[:2]))  # still running
+    _write_run(tmp_path / "extra", [*_lines(_epoch(1, 0.7, 0.6)), json.dumps(_epoch(2, 0.6, 0.7))[:30]])  # writing
     (tmp_path / "no-metrics").mkdir()
     assert [d.name for d in run_dirs(tmp_path)] == ["2-lr=0.01", "10-lr=0.1", "extra"]
     results = collect(tmp_path, SlurmClient(run=FakeRun({})))  # a folder of runs asks Slurm nothing
@@ -125,12 +124,13 @@ def test_a_sweep_without_slurm_takes_each_state_from_its_outcome(tmp_path: Path)
     run = manifest.run_dir
     _write_run(run(manifest.points[0]), _lines(_epoch(1, 0.5, 0.8), _epoch(2, 0.3, 0.9)), _outcome("completed"))
     _write_run(run(manifest.points[1]), _lines(_epoch(1, 0.9, 0.3)), _outcome("failed", 1, "rank 1: NaN loss"))
-    _write_run(run(manifest.points[2]), _lines(_epoch(1, 0.6, 0.7)) + ['{"kind": "ep'])  # running, mid-line
+    _write_run(run(manifest.points[2]), [*_lines(_epoch(1, 0.6, 0.7)), '{"kind": "ep'])  # running, mid-line
     results = collect(manifest.sweep_dir, None)
     assert results.sweep == "lr-seed" and results.keys == ("lr", "seed")
     rows = results.rows()
     assert [(r["point"], r["lr"], r["seed"], r["state"], r["epochs"]) for r in rows] == [
-        (0, 0.1, 0, "completed", 2), (1, 0.1, 1, "failed", 1), (2, 0.01, 0, "unknown", 1), (3, 0.01, 1, "not started", 0)]
+        (0, 0.1, 0, "completed", 2), (1, 0.1, 1, "failed", 1), (2, 0.01, 0, "unknown", 1),
+        (3, 0.01, 1, "not started", 0)]
     assert rows[1]["reason"] == "rank 1: NaN loss"
     assert rows[2]["reason"] == "no outcome.json yet: running, or killed (Slurm was not asked)"
     assert rows[3]["best_val_loss"] is None and rows[3]["train_time_s"] is None
