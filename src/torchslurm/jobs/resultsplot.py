@@ -101,6 +101,9 @@ def plot(results: Results, metric: str, x: str | None, path: Path) -> Path:
 
 
 def _label(results: Results, row: Row) -> str:
+    """`3: lr=0.1,seed=2` for a sweep's point; a run's folder name (which holds its settings if any)."""
+    if results.sweep is None:
+        return str(row.get(results.name_column))
     settings = ",".join(f"{k}={text_cell(row.get(k), exact=True)}" for k in results.keys)
     return f"{row.get(results.name_column)}: {settings}" if settings else str(row.get(results.name_column))
 
@@ -131,8 +134,11 @@ def _draw_metric(ax: Axes, results: Results, rows: Sequence[Row], metric: str, k
     xs = [_number(r.get(key)) or 0.0 for r in rows] if numeric_x else []
     if xs and min(xs) > 0 and max(xs) >= LOG_SCALE_RATIO * min(xs):
         ax.set_xscale("log")
-    if not numeric_x:
-        ax.set_xticks(list(places.values()), list(places), rotation=30 if len(places) > 4 else 0)
+    if not numeric_x or len(places) <= LEGEND_MAX:  # ticks at the values swept, written as given
+        ticks = {float(i): text for text, i in places.items()} if not numeric_x else {
+            _number(r.get(key)) or 0.0: text_cell(r.get(key), exact=True) for r in reversed(rows)}
+        ax.minorticks_off()
+        ax.set_xticks(list(ticks), list(ticks.values()), rotation=30 if len(ticks) > 4 else 0)
     ax.set(title=f"{metric} by {key}", xlabel=key, ylabel=metric)
     if others:
         ax.legend(fontsize="small")
