@@ -135,7 +135,8 @@ class Results:
     directory: Path
     sweep: str | None
     keys: tuple[str, ...]
-    """The swept keys (a folder of run_dirs: the `key=value` pairs its folder names hold, if any)."""
+    """The swept keys (a folder of run_dirs: the `key=value` pairs its folder names hold, if any), as
+    columns: one named as a column of results (`state`, `epochs_done`, ...) is `swept_<key>`."""
     points: tuple[Point, ...]
     notes: tuple[str, ...] = field(default=())
     """What the table cannot say in its cells: where the states came from, lines not read."""
@@ -152,7 +153,7 @@ class Results:
 
     def columns(self) -> list[str]:
         metrics = [f"{which}_val_{name}" for name in self.metric_names() for which in ("best", "final")]
-        return [self.name_column, *self.keys, "state", "epochs", *metrics, TIME_COLUMN, "reason"]
+        return [self.name_column, *self.keys, "state", "epochs_done", *metrics, TIME_COLUMN, "reason"]
 
     def rows(self) -> list[dict[str, Cell]]:
         return [self._row(p) for p in self.points]
@@ -160,7 +161,7 @@ class Results:
     def _row(self, point: Point) -> dict[str, Cell]:
         name: Cell = int(point.name) if self.sweep is not None and point.name.isdigit() else point.name
         row: dict[str, Cell] = {self.name_column: name, **{k: point.overrides.get(k) for k in self.keys},
-                                "state": point.state, "epochs": point.metrics.epochs_done}
+                                "state": point.state, "epochs_done": point.metrics.epochs_done}
         for metric in self.metric_names():
             row[f"best_val_{metric}"] = point.metrics.best(metric)
             row[f"final_val_{metric}"] = point.metrics.final(metric)
@@ -168,6 +169,16 @@ class Results:
         row["reason"] = point.reason or None
         row["run_dir"] = str(point.run_dir)
         return row
+
+
+RESERVED = frozenset({"point", "run", "state", "epochs_done", TIME_COLUMN, "reason", "run_dir"})
+"""Columns of results that a swept key's column must not shadow."""
+
+
+def key_column(key: str) -> str:
+    """A swept key's column: the key, or `swept_<key>` where results has a column of that name."""
+    clash = key in RESERVED or key.startswith(("best_val_", "final_val_", "swept_"))
+    return f"swept_{key}" if clash else key
 
 
 # ---- a folder of run_dirs -------------------------------------------------------------------
@@ -228,7 +239,8 @@ def folder_results(directory: Path) -> Results:
     if not found:
         raise ConfigError(f"{directory} holds no run: no {sweepstate.MANIFEST_FILE}, no {METRICS_FILE} in it or in "
                           "a folder right under it.", _no_runs_hint(directory))
-    settings = {d: settings_of_name(d.name) if d != directory else {} for d in found}
+    settings = {d: {key_column(k): v for k, v in settings_of_name(d.name).items()} if d != directory else {}
+                for d in found}
     keys = tuple(dict.fromkeys(k for s in settings.values() for k in s))
     points = tuple(Point(d.name, d, settings[d], *run_state(d), read_metrics(d)) for d in found)
     return Results(directory=directory, sweep=None, keys=keys, points=points,
@@ -257,8 +269,8 @@ def sweep_results(directory: Path, manifest: sweepstate.Manifest,
                   states: Sequence[sweepstate.PointState], notes: Sequence[str] = ()) -> Results:
     """One row per point of a sweep, in the states `jobs.sweepstate` decided; `directory` is where
     the sweep is now (it may have been copied away from the `sweep_dir` its manifest names)."""
-    keys = tuple(dict.fromkeys(k for p in manifest.points for k in p.overrides))
-    points = tuple(Point(str(s.index), directory / s.dir, {k: _cell(v) for k, v in s.overrides.items()},
+    keys = tuple(dict.fromkeys(key_column(k) for p in manifest.points for k in p.overrides))
+    points = tuple(Point(str(s.index), directory / s.dir, {key_column(k): _cell(v) for k, v in s.overrides.items()},
                          s.state, s.reason, read_metrics(directory / s.dir)) for s in states)
     return Results(directory=directory, sweep=manifest.name, keys=keys, points=points,
                    notes=(*notes, *_unread_notes(points)))

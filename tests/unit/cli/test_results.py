@@ -30,10 +30,10 @@ def test_the_table_sorted_with_its_notes_below(tmp_path: Path, capsys: pytest.Ca
     assert main(["results", str(_sweep(tmp_path / "s")), "--no-slurm", "--sort", "best_val_loss"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == [
-        "point     lr  state        epochs  best_val_loss  final_val_loss  train_time_s  reason",
-        "    1   0.01  completed         1           0.25            0.25             3  1 epoch(s), step 10",
-        "    0    0.1  completed         1            0.5             0.5             3  1 epoch(s), step 10",
-        "    2  0.001  not started       0              -               -             -  never submitted",
+        "point     lr  state        epochs_done  best_val_loss  final_val_loss  train_time_s  reason",
+        "    1   0.01  completed              1           0.25            0.25             3  1 epoch(s), step 10",
+        "    0    0.1  completed              1            0.5             0.5             3  1 epoch(s), step 10",
+        "    2  0.001  not started            0              -               -             -  never submitted",
         "note: Slurm was not asked (--no-slurm): states come from each point's outcome.json; a point still queued "
         "or running shows as unknown"]
 
@@ -52,7 +52,7 @@ def test_machine_formats_keep_stdout_clean(tmp_path: Path, capsys: pytest.Captur
     assert [r["best_val_loss"] for r in table] == ["0.5", "0.25", ""]
     assert main(["results", sweep, "--no-slurm", "--format", "md"]) == 0
     assert capsys.readouterr().out.splitlines()[:2] == [
-        "| point | lr | state | epochs | best_val_loss | final_val_loss | train_time_s | reason |",
+        "| point | lr | state | epochs_done | best_val_loss | final_val_loss | train_time_s | reason |",
         "|---:|---:|---|---:|---:|---:|---:|---|"]
 
 

@@ -93,10 +93,10 @@ def test_a_folder_of_run_dirs_is_one_row_each_ordered_by_index_then_name(tmp_pat
     (tmp_path / "no-metrics").mkdir()
     assert [d.name for d in run_dirs(tmp_path)] == ["2-lr=0.01", "10-lr=0.1", "extra"]
     results = collect(tmp_path, SlurmClient(run=FakeRun({})))  # a folder of runs asks Slurm nothing
-    assert results.columns() == ["run", "lr", "state", "epochs", "best_val_loss", "final_val_loss",
+    assert results.columns() == ["run", "lr", "state", "epochs_done", "best_val_loss", "final_val_loss",
                                  "best_val_accuracy", "final_val_accuracy", "train_time_s", "reason"]
     rows = results.rows()
-    assert [(r["run"], r["lr"], r["state"], r["epochs"]) for r in rows] == [
+    assert [(r["run"], r["lr"], r["state"], r["epochs_done"]) for r in rows] == [
         ("2-lr=0.01", 0.01, "failed", 1), ("10-lr=0.1", 0.1, "completed", 1), ("extra", None, "unknown", 1)]
     assert rows[0]["reason"] == "ValueError: boom"
     assert rows[2]["reason"] == "no outcome.json: running, killed, or not a Trainer's run"
@@ -128,7 +128,7 @@ def test_a_sweep_without_slurm_takes_each_state_from_its_outcome(tmp_path: Path)
     results = collect(manifest.sweep_dir, None)
     assert results.sweep == "lr-seed" and results.keys == ("lr", "seed")
     rows = results.rows()
-    assert [(r["point"], r["lr"], r["seed"], r["state"], r["epochs"]) for r in rows] == [
+    assert [(r["point"], r["lr"], r["seed"], r["state"], r["epochs_done"]) for r in rows] == [
         (0, 0.1, 0, "completed", 2), (1, 0.1, 1, "failed", 1), (2, 0.01, 0, "unknown", 1),
         (3, 0.01, 1, "not started", 0)]
     assert rows[1]["reason"] == "rank 1: NaN loss"
@@ -152,7 +152,7 @@ def test_slurm_says_which_points_are_pending_and_running(tmp_path: Path) -> None
     _write_run(manifest.run_dir(manifest.points[0]), _lines(_epoch(1, 0.5, 0.8)))  # point 1 has no run_dir yet
     client = SlurmClient(run=FakeRun({"scontrol": (0, fixture("scontrol_array_running.txt"), "")}))
     results = collect(manifest.sweep_dir, client)
-    assert [(r["state"], r["epochs"]) for r in results.rows()] == [
+    assert [(r["state"], r["epochs_done"]) for r in results.rows()] == [
         ("running", 1), ("running", 0), ("pending", 0), ("pending", 0)]
     assert results.rows()[2]["reason"] == "JobArrayTaskLimit"
     assert results.notes == ()
@@ -207,3 +207,12 @@ def test_bad_directories_are_told_with_a_hint(tmp_path: Path) -> None:
     (tmp_path / "bad" / "sweep.json").write_text("{")
     with pytest.raises(ConfigError, match=r"sweep.json is not JSON"):
         collect(tmp_path / "bad", None)
+
+
+def test_a_swept_key_named_as_a_results_column_gets_a_column_of_its_own(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    root.mkdir()
+    write_manifest(Manifest("e", root, (Point(0, "0-epochs=3,state=on", {"epochs": 3, "state": "on"}),)))
+    results = collect(root, None)
+    assert results.columns()[:5] == ["point", "epochs", "swept_state", "state", "epochs_done"]
+    assert [(r["epochs"], r["swept_state"], r["state"]) for r in results.rows()] == [(3, "on", "not started")]

@@ -50,7 +50,7 @@ def test_bad_metric_and_key_are_told_with_the_choices(tmp_path: Path) -> None:
         check(results, "val_loss", None)
     assert err.value.message == "--plot 'val_loss' is not a column of these results."
     assert err.value.hint is not None and err.value.hint.startswith("did you mean --plot best_val_loss? the columns "
-                                                                    "are: lr, bs, epochs, best_val_loss,")
+                                                                    "are: lr, bs, epochs_done, best_val_loss,")
     with pytest.raises(ConfigError, match=r"--plot 'state' has no number to draw in any row\. HINT: draw one of: lr,"):
         check(results, "state", None)
     with pytest.raises(ConfigError, match=r"--x 'seed' is not a swept key of .*HINT: use one of: lr, bs, opt\."):
