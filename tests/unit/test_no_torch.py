@@ -27,7 +27,7 @@ TORCH_FREE_MODULES = sorted(
                       for path in (SRC / "torchslurm").rglob("*.py"))
     if name not in TORCH_MODULES and not name.endswith("__main__"))
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--dry-run", "train.py"],
-                       ["sweep", "--dry-run", "--grid", "lr=0.1,0.01", "train.py"]]
+                       ["sweep", "--dry-run", "--grid", "lr=0.1,0.01", "train.py"], ["results", "--help"]]
 
 
 def test_the_block_really_blocks_torch(without_torch: WithoutTorch) -> None:

@@ -21,7 +21,7 @@ from torchslurm.errors import TorchSlurmError, render
 
 # Subcommand modules, in the order `--help` lists them.
 COMMANDS: tuple[str, ...] = ("run", "train", "export", "sandbox", "script", "submit", "sweep", "status", "stacks",
-                             "logs", "cancel", "lint", "doctor", "bench")
+                             "logs", "cancel", "results", "lint", "doctor", "bench")
 
 
 class _Parser(argparse.ArgumentParser):
