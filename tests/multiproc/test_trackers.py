@@ -36,13 +36,14 @@ def _environ(tmp_path: Path) -> dict[str, str]:
         MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true", TORCHSLURM_CHECK_PERIOD_S="0")
 
 
-def _train(tmp_path: Path, run_dir: Path, *overrides: str) -> None:
+def _train(tmp_path: Path, run_dir: Path, *overrides: str) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "torchslurm", "train", "--nproc", "2", "dataset=synthetic", "log_every=20",
          "trackers=wandb,mlflow", f"run_dir={run_dir}", *overrides],
         capture_output=True, text=True, timeout=300, env=_environ(tmp_path), stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "training goes on" not in result.stdout + result.stderr, result.stderr[-3000:]  # no tracker failed
+    return result.stdout
 
 
 def _wandb_records(path: Path) -> list[Any]:
@@ -98,7 +99,8 @@ def _left_running(data_dir: Path) -> list[int]:
 
 def test_a_sweep_point_logs_to_wandb_and_mlflow_offline_and_a_resume_continues_both_runs(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / SWEEP / POINT
-    _train(tmp_path, run_dir, "epochs=2")
+    out = _train(tmp_path, run_dir, "epochs=2")
+    assert f"  wandb        {run_dir / 'wandb'}  (upload: wandb sync {run_dir / 'wandb'}/offline-run-*)" in out
     first = json.loads((run_dir / STATE_FILE).read_text())
     # Resumed from epoch 1's checkpoint with one more epoch: epoch 2 is re-done, epoch 3 is new.
     oldest = sorted((run_dir / "checkpoints").glob("step-*"))[0]

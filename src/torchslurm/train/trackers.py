@@ -344,6 +344,19 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
+def outputs(config: Mapping[str, Any], environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Where the trackers of `config` (a TrainConfig's `to_dict()`) keep a run, and how to look at it."""
+    settings, found = TrackerSettings.of(config, environ), []
+    offline = "WANDB_DIR" not in environ and environ.get("WANDB_MODE", "offline") == "offline"
+    if "wandb" in settings.trackers and offline:
+        folder = settings.run_dir / "wandb"
+        found.append(("wandb", f"{folder}  (upload: wandb sync {folder}/offline-run-*)"))
+    if "mlflow" in settings.trackers:
+        uri = settings.mlflow_uri
+        found.append(("mlflow", f"{uri}  (mlflow ui --backend-store-uri {uri})"))
+    return found
+
+
 def run_trackers(config: Mapping[str, Any], environ: Mapping[str, str]) -> Trackers | None:
     """The trackers `config` (a TrainConfig's `to_dict()`) asks for; None without any."""
     settings = TrackerSettings.of(config, environ)
