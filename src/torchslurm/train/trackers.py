@@ -46,7 +46,7 @@ MLFLOW_DB = "mlflow.db"
 """The default MLflow store: this SQLite file beside run_dir, shared by the runs (and sweep points) there."""
 SWEEP_VARIABLE, POINT_VARIABLE = "TORCHSLURM_SWEEP", "TORCHSLURM_SWEEP_POINT"
 """What a sweep's array task exports: the sweep's name and its point's folder name."""
-WAIT_S = {"completed": 60.0, "ended early": 10.0}
+WAIT_S = {"completed": 60.0, "stopped": 10.0, "failed": 10.0}
 """How long the end of fit waits for the trackers to finish their runs: longer after the last epoch than
 after a stop or failure, when a requeue waits for rank 0 within the job's grace time."""
 
@@ -221,118 +221,108 @@ def read_state(run_dir: Path) -> dict[str, Any]:
 
 class Trackers:
     """Rank 0's tracker runs, fed by MetricsLog: `start()` at the start of fit, `write(record)` per record,
-    `close(failed)` at its end. Every call returns at once but close, which waits a little (WAIT_S) for
-    the runs to be finished; a thread does the rest, in order."""
+    `close(failed)` at its end. Every call returns at once but close, which waits a little (WAIT_S) for the
+    runs to be finished. Each tracker has a thread of its own, which does the rest in order: a slow one
+    (a tracking server that retries) holds up neither training nor the other."""
 
     def __init__(self, settings: TrackerSettings, *,
                  open_one: Callable[[str, TrackerSettings, float], Tracker] = open_tracker,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings, self._open, self._clock = settings, open_one, clock
-        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._completed = False
-        self._live: dict[str, Tracker] = {}
+        self._feeds: dict[str, tuple[queue.SimpleQueue[tuple[str, Any]], threading.Thread]] = {}
+        self._lock = threading.Lock()  # over _state, which the threads update and save
         self._state: dict[str, Any] = {}
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._feeds:
             return
-        self._queue, self._completed = queue.SimpleQueue(), False
-        self._thread = threading.Thread(target=self._work, daemon=True, name="torchslurm-trackers")
-        self._thread.start()
-        self._queue.put(("start", None))
+        s = self.settings
+        with self._lock:
+            self._state = ({} if s.fresh else read_state(s.run_dir)) or {
+                "version": 1, "started": self._clock(), "epochs_logged": 0}
+            self._save()  # before any run exists: its W&B id is derived from `started`
+        for name in s.trackers:
+            feed: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+            feed.put(("start", None))
+            thread = threading.Thread(target=self._work, args=(name, feed), daemon=True, name=f"torchslurm-{name}")
+            thread.start()
+            self._feeds[name] = (feed, thread)
 
     def write(self, record: Mapping[str, Any]) -> None:
-        if self._thread is None:
+        if not self._feeds:
             return
-        if record.get("kind") == "epoch" and int(record.get("epoch", 0)) >= self.settings.epochs:
-            self._completed = True
-        self._queue.put(("log", dict(record)))
+        if record.get("kind") == "epoch":
+            with self._lock:
+                self._state["epochs_logged"] = max(int(self._state["epochs_logged"]), int(record.get("epoch", 0)))
+                self._save()
+        for feed, _ in self._feeds.values():
+            feed.put(("log", dict(record)))
 
     def close(self, failed: bool = False) -> None:
-        """Finish the runs; wait for that up to WAIT_S (the thread goes on meanwhile, and ends with the process)."""
-        thread, self._thread = self._thread, None
-        if thread is None:
+        """Finish the runs; wait for that up to WAIT_S (a thread still busy goes on, and ends with the process)."""
+        feeds, self._feeds = self._feeds, {}
+        if not feeds:
             return
-        self._queue.put(("finish", failed))
-        wait_s = WAIT_S["completed" if self._completed and not failed else "ended early"]
-        thread.join(wait_s)
-        if thread.is_alive():
-            logger.warning("trackers (%s) did not finish their runs within %g s; the run ends without waiting "
-                           "longer (what they had not written is lost)", ",".join(self.settings.trackers), wait_s)
+        with self._lock:
+            state = outcome(failed, int(self._state["epochs_logged"]), self.settings.epochs)
+        for feed, _ in feeds.values():
+            feed.put(("finish", state))
+        deadline = time.monotonic() + WAIT_S[state]
+        for _, thread in feeds.values():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if late := [name for name, (_, thread) in feeds.items() if thread.is_alive()]:
+            logger.warning("%s did not finish its run within %g s; the run ends without waiting longer (what it had "
+                           "not written is lost)", " and ".join(late), WAIT_S[state])
 
-    # ---- the thread -------------------------------------------------------------------------
-    def _work(self) -> None:
+    # ---- a tracker's thread -----------------------------------------------------------------
+    def _work(self, name: str, feed: queue.SimpleQueue[tuple[str, Any]]) -> None:
+        tracker: Tracker | None = None
         while True:
-            what, arg = self._queue.get()
+            what, arg = feed.get()
             try:
                 if what == "start":
-                    self._begin()
-                elif what == "log":
-                    self._log(arg)
-                else:
-                    self._finish(arg)
-            except Exception as exc:  # ours, not a library's (those are caught per tracker): still never fatal
-                for name in list(self._live):
-                    self._fail(name, f"stopped ({what})", exc)
+                    tracker = self._begin(name)
+                elif tracker is not None and what == "log":
+                    self._log(name, tracker, arg)
+                elif tracker is not None:
+                    tracker.finish(arg)
+            except Exception as exc:  # never fatal: said once, and this tracker is left out from now on
+                if tracker is not None or what == "start":
+                    step = f"log step {arg.get('step', 0)}" if what == "log" else f"{what} its run"
+                    logger.warning("%s tracker could not %s (training goes on; %s is off for the rest of this run): "
+                                   "%s: %s", name, step, name, type(exc).__name__, _first_line(exc))
+                tracker = None
             if what == "finish":
                 return
 
-    def _begin(self) -> None:
+    def _begin(self, name: str) -> Tracker:
         s = self.settings
-        state = {} if s.fresh else read_state(s.run_dir)
-        if not state:
-            state = {"version": 1, "started": self._clock(), "epochs_logged": 0}
-        self._state, self._live = state, {}
-        self._save()  # before any run exists: its W&B id is derived from `started`
-        for name in s.trackers:
-            entry = state.get(name, {})
-            if name == "mlflow" and entry.get("uri") != s.mlflow_uri:
-                entry = {}  # a run id of another store
-            try:
-                tracker = self._open(name, s, float(state["started"]))
-                run_id = tracker.start(entry.get("run_id"))
-            except Exception as exc:
-                self._fail(name, "could not start its run", exc)
-                continue
-            self._live[name] = tracker
-            same = run_id == entry.get("run_id")  # else a new run (the store lost the old one): it has nothing
-            state[name] = {"run_id": run_id, "logged": dict(entry.get("logged", {})) if same else {},
-                           **({"uri": s.mlflow_uri} if name == "mlflow" else {})}
-        self._save()
+        with self._lock:
+            entry, started = dict(self._state.get(name, {})), float(self._state["started"])
+        if name == "mlflow" and entry.get("uri") != s.mlflow_uri:
+            entry = {}  # a run id of another store
+        tracker = self._open(name, s, started)
+        run_id = tracker.start(entry.get("run_id"))
+        same = run_id == entry.get("run_id")  # else a new run (the store lost the old one): it has nothing yet
+        with self._lock:
+            self._state[name] = {"run_id": run_id, "logged": dict(entry.get("logged", {})) if same else {},
+                                 **({"uri": s.mlflow_uri} if name == "mlflow" else {})}
+            self._save()
+        return tracker
 
-    def _log(self, record: dict[str, Any]) -> None:
+    def _log(self, name: str, tracker: Tracker, record: Mapping[str, Any]) -> None:
+        with self._lock:
+            logged = dict(self._state[name]["logged"])
+        if not is_new(record, logged):
+            return
         kind, step = str(record.get("kind", "")), int(record.get("step", 0))
-        for name, tracker in list(self._live.items()):
-            logged = self._state[name]["logged"]
-            if not is_new(record, logged):
-                continue
-            try:
-                tracker.log(step, values_of(record))
-            except Exception as exc:
-                self._fail(name, f"could not log step {step}", exc)
-                continue
-            logged[kind] = step
-        if kind == "epoch":
-            self._state["epochs_logged"] = max(int(self._state.get("epochs_logged", 0)), int(record.get("epoch", 0)))
-        self._save()
-
-    def _finish(self, failed: bool) -> None:
-        state = outcome(failed, int(self._state.get("epochs_logged", 0)), self.settings.epochs)
-        for name, tracker in list(self._live.items()):
-            try:
-                tracker.finish(state)
-            except Exception as exc:
-                self._fail(name, "could not finish its run", exc)
-        self._live = {}
-
-    def _fail(self, name: str, what: str, exc: BaseException) -> None:
-        """A tracker's failure: said once, and the tracker left out from now on."""
-        self._live.pop(name, None)
-        logger.warning("%s tracker %s (training goes on; %s is off for the rest of this run): %s: %s", name, what,
-                       name, type(exc).__name__, _first_line(exc))
+        tracker.log(step, values_of(record))
+        with self._lock:
+            self._state[name]["logged"][kind] = step
+            self._save()
 
     def _save(self) -> None:
+        """Write the state (the lock held)."""
         try:
             replace(self.settings.run_dir / STATE_FILE, json.dumps(self._state, allow_nan=False) + "\n")
         except (OSError, ValueError) as exc:  # a full disk: the trackers may log twice after a resume, no worse

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from torchslurm.errors import ConfigError
+from torchslurm.train import trackers
 from torchslurm.train.config import TrainConfig, build
 from torchslurm.train.metrics import MetricsLog
 from torchslurm.train.trackers import (
@@ -245,3 +247,30 @@ def test_nothing_starts_before_fit_and_a_corrupt_state_file_means_new_runs(tmp_p
     assert read_state(tmp_path) == {}
     _run(trackers, [])
     assert ("wandb", "start", None) in calls
+
+
+def test_a_tracker_that_hangs_holds_up_neither_the_other_nor_the_end_for_long(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(trackers, "WAIT_S", {"completed": 0.2, "stopped": 0.2, "failed": 0.2})
+    release, calls = threading.Event(), list[tuple[Any, ...]]()
+
+    class Hanging(FakeTracker):
+        def start(self, run_id: str | None) -> str:
+            release.wait()  # a tracking server that does not answer
+            return super().start(run_id)
+
+    def open_one(name: str, _settings: TrackerSettings, _started: float) -> FakeTracker:
+        return (Hanging if name == "mlflow" else FakeTracker)(name, calls)
+
+    cfg = TrainConfig(trackers="wandb,mlflow", run_dir=tmp_path, epochs=1)
+    feeds = Trackers(TrackerSettings.of(cfg.to_dict(), {}), open_one=open_one)
+    try:
+        with caplog.at_level(logging.WARNING, logger="torchslurm.train.trackers"):
+            _run(feeds, [_epoch(1, 10)])
+        assert calls == [("wandb", "start", None), ("wandb", "log", 10, {"epoch/val_loss": 1.0, "epoch": 1.0}),
+                         ("wandb", "finish", "completed")]
+        assert [r.getMessage() for r in caplog.records] == [
+            "mlflow did not finish its run within 0.2 s; the run ends without waiting longer (what it had not "
+            "written is lost)"]
+    finally:
+        release.set()
