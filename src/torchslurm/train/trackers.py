@@ -2,7 +2,7 @@
 
 `trackers=wandb,mlflow` (TrainConfig) sends every record MetricsLog appends — step records and epoch records,
 the numbers TensorBoard gets, named the same (`step/loss`, `epoch/val_loss`) — to a run of each library. The
-libraries are imported only then, on rank 0, in a background thread that owns them: importing wandb and
+libraries are imported only then, on rank 0, each in a thread of its own that owns it: importing wandb and
 mlflow, starting W&B's service process and opening MLflow's store take seconds that no rank waits for.
 
 A run keeps its tracker runs across requeues: `run_dir/trackers.json` holds their ids and, per kind of
@@ -210,13 +210,22 @@ def open_tracker(name: str, settings: TrackerSettings, started: float) -> Tracke
 
 
 def read_state(run_dir: Path) -> dict[str, Any]:
-    """run_dir's STATE_FILE, or {} when there is none (or it is unreadable: new tracker runs then)."""
+    """run_dir's STATE_FILE, or {} when there is none or it is not one (new tracker runs then); an entry
+    of a tracker that is not whole is left out (a new run for that tracker)."""
     try:
         state = json.loads((Path(run_dir) / STATE_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    ok = isinstance(state, dict) and state.get("version") == 1 and isinstance(state.get("started"), float)
-    return state if ok else {}
+    if not (isinstance(state, dict) and state.get("version") == 1 and isinstance(state.get("started"), float)
+            and type(state.get("epochs_logged")) is int):
+        return {}
+    for name in TRACKERS:
+        entry = state.get(name)
+        whole = isinstance(entry, dict) and isinstance(entry.get("run_id"), str) and isinstance(
+            entry.get("logged"), dict) and all(type(step) is int for step in entry["logged"].values())
+        if not whole:
+            state.pop(name, None)
+    return state
 
 
 class Trackers:

@@ -245,6 +245,11 @@ def test_nothing_starts_before_fit_and_a_corrupt_state_file_means_new_runs(tmp_p
     assert calls == [] and not (tmp_path / STATE_FILE).exists()
     (tmp_path / STATE_FILE).write_text('{"version": 1, "started": "yesterday"}')
     assert read_state(tmp_path) == {}
+    (tmp_path / STATE_FILE).write_text('{"version": 1, "started": 1.5, "epochs_logged": 2, "wandb": {"run_id": "a"}, '
+                                       '"mlflow": {"run_id": "b", "logged": {"epoch": 3}}}')
+    assert read_state(tmp_path) == {"version": 1, "started": 1.5, "epochs_logged": 2,
+                                    "mlflow": {"run_id": "b", "logged": {"epoch": 3}}}
+    (tmp_path / STATE_FILE).write_text("[]")
     _run(trackers, [])
     assert ("wandb", "start", None) in calls
 
