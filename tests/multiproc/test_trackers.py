@@ -20,7 +20,8 @@ from tests.multiproc.conftest import clean_environ
 
 from torchslurm.train.trackers import STATE_FILE
 
-pytestmark = pytest.mark.multiproc
+pytestmark = [pytest.mark.multiproc,  # MLflow's SQL store on SQLAlchemy 2.1, read back here: not ours to fix
+              pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")]
 
 SWEEP, POINT = "lr-sweep", "0-lr=0.05"
 COMPARED = ("train_loss", "train_accuracy", "val_loss", "val_accuracy")
