@@ -130,6 +130,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     from torchslurm.jobs.slurm import run_command_status
     from torchslurm.train import config, data, models, tasks
     from torchslurm.train.preemption import preemption_config
+    from torchslurm.train.trackers import outputs
     from torchslurm.train.trainer import Trainer, seed_everything
 
     parser = argparse.ArgumentParser(prog="torchslurm train (rank)")
@@ -161,7 +162,7 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
             if result.stopped_early:
                 return result.exit_code
             if ctx.is_main:
-                _print_outputs(cfg.run_dir, result.checkpoint)
+                _print_outputs(cfg.run_dir, result.checkpoint, outputs(cfg.to_dict(), os.environ))
     except TorchSlurmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code  # 2 for settings, 1 for a run that failed (a checkpoint not written)
@@ -170,12 +171,14 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _print_outputs(run_dir: Path, last_checkpoint: Path | None) -> None:
+def _print_outputs(run_dir: Path, last_checkpoint: Path | None, trackers: Sequence[tuple[str, str]] = ()) -> None:
     print(f"Outputs in {run_dir}:")
     print(f"  checkpoints  {last_checkpoint or run_dir / 'checkpoints'}")
     print(f"  metrics      {run_dir / 'metrics.jsonl'}")
     print(f"  plot         {run_dir / 'curves.png'}")
     print(f"  tensorboard  {run_dir / 'tensorboard'}  (tensorboard --logdir {run_dir})")
+    for name, where in trackers:
+        print(f"  {name:<11}  {where}")
     print(f"To go on: torchslurm train run_dir={run_dir} epochs=N continues from the newest checkpoint.")
 
 

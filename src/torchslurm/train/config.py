@@ -20,6 +20,7 @@ from torchslurm.configfile import load_yaml, read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError, below_minimum, not_one_of, shown
 from torchslurm.train.checkpoint.layout import CHECKPOINTS, MARKER, STATE_FILE, folder_of, step_dir
 from torchslurm.train.preflight import run_dir_problem
+from torchslurm.train.trackers import installed_problem, mlflow_uri_problem, project_problem, trackers_problem
 
 LR_SCALINGS = ("none", "linear", "sqrt")
 AMP_MODES = ("off", "bf16", "fp16")
@@ -108,6 +109,15 @@ class TrainConfig:
     exit code 1, requeued when failures requeue: the Trainer's own preemption; a caller that passes its own
     should_stop and watchdog wants wait, so that its watchdog ends and requeues the run) | wait (keep waiting;
     report again after the next hang) | off."""
+    trackers: str = ""
+    """Besides metrics.jsonl and TensorBoard, rank 0 logs the same records to: wandb, mlflow or wandb,mlflow ('':
+    none); each is an extra, pip install 'torchslurm[wandb]' (docs/training.md#trackers)."""
+    tracker_project: str = "torchslurm"
+    """The W&B project and MLflow experiment of the run; a sweep's points are grouped by the sweep's name (W&B
+    group, MLflow experiment <tracker_project>/<sweep>)."""
+    mlflow_uri: str = ""
+    """MLflow's store: '' is sqlite:///<run_dir's parent>/mlflow.db (one store for a sweep's points), or any
+    tracking URI (sqlite:///path/mlflow.db, http://host:5000)."""
 
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
@@ -126,6 +136,7 @@ class TrainConfig:
             _choice("amp", self.amp, AMP_MODES),
             _choice("strategy", self.strategy, STRATEGIES),
             _choice("hang_action", self.hang_action, HANG_ACTIONS),
+            trackers_problem(self.trackers), project_problem(self.tracker_project), mlflow_uri_problem(self.mlflow_uri),
             _require("hang_timeout_s", self.hang_timeout_s,
                      self.hang_timeout_s >= 0 and math.isfinite(self.hang_timeout_s),
                      "0 (derived from the step times) or a positive number of seconds", "hang_timeout_s=120"),
@@ -246,6 +257,7 @@ def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> No
         _resume_problem(cfg.resume, cfg.run_dir),
         run_dir_problem(cfg.run_dir),
         _data_dir_problem(example),
+        installed_problem(cfg.trackers, cfg.mlflow_uri),
     ])
 
 

@@ -15,13 +15,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from torchslurm.runtime.safefiles import open_append, replace
 from torchslurm.train.events import EventWriter
+
+if TYPE_CHECKING:
+    from torchslurm.train.trackers import Trackers
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +73,20 @@ def totals(sums: torch.Tensor) -> Totals:
 
 class MetricsLog:
     """`<run_dir>/metrics.jsonl`: one JSON record per line, appended and flushed at once; with
-    `events`, each record's numbers also go to TensorBoard event files."""
+    `events`, each record's numbers also go to TensorBoard event files, and with `trackers` to W&B and
+    MLflow (train.trackers), whose runs last while the log is entered (`with log:`, fit)."""
 
-    def __init__(self, path: Path, events: EventWriter | None = None) -> None:
+    def __init__(self, path: Path, events: EventWriter | None = None, trackers: Trackers | None = None) -> None:
         self.path = Path(path)
-        self.events = events
+        self.events, self.trackers = events, trackers
+
+    def __enter__(self) -> MetricsLog:
+        if self.trackers is not None:
+            self.trackers.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.close(failed=exc_type is not None)
 
     def append(self, record: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,10 +94,15 @@ class MetricsLog:
             f.write(json.dumps(dict(record)) + "\n")
         if self.events is not None:
             self.events.write(record)
+        if self.trackers is not None:
+            self.trackers.write(record)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Close the event file, and end the tracker runs (as failed when `failed`)."""
         if self.events is not None:
             self.events.close()
+        if self.trackers is not None:
+            self.trackers.close(failed)
 
     def records(self) -> list[dict[str, Any]]:
         if not self.path.exists():

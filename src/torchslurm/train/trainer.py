@@ -45,6 +45,7 @@ from torchslurm.train.steptime import StepTimes, node_name
 from torchslurm.train.strategy import make_scaler, make_strategy
 from torchslurm.train.tasks import Task, classification, loss_only
 from torchslurm.train.topology import topology
+from torchslurm.train.trackers import installed_problem, run_trackers
 from torchslurm.train.watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -104,8 +105,8 @@ class Trainer:
                  task: Task | None = None, step: Step | None = None,
                  collate_fn: Callable[[list[Any]], Any] | None = None) -> None:
         environ = os.environ if environ is None else environ
-        ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True),  # before any rank trains
-                               optimizer_problem(model, optimizer)])
+        ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True), optimizer_problem(model, optimizer),
+                               installed_problem(config.trackers, config.mlflow_uri)])  # before any rank trains
         self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device
         ConfigError.raise_any([device_problem(config, self.device.type)])
@@ -136,7 +137,8 @@ class Trainer:
             self._preemption.requeue_after_failure if self._preemption and ctx and requeues_after_failure(ctx.env)
             else None))
         self.log = MetricsLog(config.run_dir / "metrics.jsonl",
-                              EventWriter(config.run_dir / "tensorboard") if self.is_main else None)
+                              EventWriter(config.run_dir / "tensorboard") if self.is_main else None,
+                              run_trackers(config.to_dict(), environ) if self.is_main else None)
         self.curves = CurvePlotter(config.run_dir / "curves.png", self.log.records)
         self.report = RunReport(self.topo, config, self.task, self.log, self.curves)
         self.epoch, self.batches_done, self.global_step = 0, 0, 0
@@ -158,7 +160,7 @@ class Trainer:
                 ExitStack() as stack:
             if self.is_main:
                 stack.callback(self.curves.close)
-                stack.callback(self.log.close)
+                stack.enter_context(self.log)  # the tracker runs end as failed when fit raises
             stack.callback(self.steptime.close)
             if self._preemption is not None:
                 self._protect(stack, self._preemption)
