@@ -33,7 +33,8 @@ test: $(STAMP) slurm-packages
 	$(BIN)/ruff check src tests examples benchmarks tools
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
-	$(BIN)/python -m pytest
+	# the cluster tests beside the others (they mostly wait for Slurm), then the few marked `alone`
+	$(BIN)/python tools/run_tests.py
 
 # Mutation testing of the core, one shard at a time (not part of `make test`; docs/testing.md):
 # `make mutants SHARD=hostlist`; `make mutants` lists the shards.

@@ -218,6 +218,7 @@ def test_an_example_without_preemption_code_is_stopped_requeued_and_resumed(clus
     assert "final validation accuracy" in output, output[-4000:]
 
 
+@pytest.mark.alone  # each run must start within the 28 s a 1-minute limit leaves it: no other load
 def test_short_time_limit_finishes_over_several_requeues(cluster: Cluster, reference: Reference) -> None:
     """--time=1 and a 32 s grace: the trainer's own deadline (EndTime from `scontrol show job`,
     Slurm 22.05 sets no SLURM_JOB_END_TIME) stops each run 28 s after its start, start-up included.
