@@ -1,19 +1,22 @@
-"""The test suite as `make test` runs it: the cluster tests beside the others, then the few that must run alone.
+"""The test suite as `make test` runs it: two pytest processes side by side, in two rounds.
 
     python tools/run_tests.py            what `make test` runs
     python tools/run_tests.py --serial   one plain `pytest` over everything, one test after another
 
-Why two pytest processes at once: a cluster test spends much of its time waiting for Slurm (scheduling,
-a job's start, a time limit, a requeue), and the unit, multiproc and docs tests mostly compute. Run one
-after the other, each leaves the machine half idle; side by side they share it. They share nothing else:
-only the cluster tests use the sandbox (its own network namespaces and Slurm), the others use loopback
-and their own temporary folders.
+Why side by side: a cluster test spends much of its time waiting for Slurm (scheduling, a job's start,
+a time limit, a requeue) while the multiproc, docs and unit tests mostly compute; one after the other,
+each leaves the 2-core CI machine partly idle. They share nothing else: only the cluster tests use the
+sandbox (its own network namespaces and Slurm), the others loopback and their own temporary folders.
 
-A cluster test marked `alone` needs the machine to itself (its runs must start within a fixed part of a
-one-minute Slurm time limit); those run after both processes have finished.
+    round 1:  tests/cluster (but -m alone)   beside   tests/multiproc tests/docs
+    round 2:  tests/cluster -m alone         beside   tests/unit
+
+A cluster test marked `alone` needs its runs to start within a fixed part of a one-minute Slurm time
+limit: it runs beside the unit tests only (one process, one core), never beside ranks that train.
+Round 1's two halves took about as long as each other (22-24 min on the loaded 2-core machine).
 
 The cluster tests' output goes to a log file, shown whole once they finish; the others' streams to the
-terminal. The exit status is non-zero when any of the three runs failed.
+terminal. The exit status is non-zero when any run failed.
 """
 
 from __future__ import annotations
@@ -34,15 +37,18 @@ def passed(status: int) -> bool:
     return status in (0, NO_TESTS)
 
 
-def run_side_by_side(log: Path) -> tuple[int, int]:
-    """The cluster tests (to `log`) and every other test (to the terminal) at once; their exit statuses."""
+def side_by_side(cluster_args: list[str], other_args: list[str], log: Path) -> tuple[int, int]:
+    """`pytest tests/cluster ...` (output to `log`, then shown) beside `pytest ...` (to the terminal)."""
     with log.open("w") as out:
-        cluster = subprocess.Popen([*PYTEST, "tests/cluster", "-m", "not alone", "-p", "no:cacheprovider"],
-                                   cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        cluster = subprocess.Popen([*PYTEST, "tests/cluster", *cluster_args, "-p", "no:cacheprovider"], cwd=ROOT,
+                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
-            others = subprocess.call([*PYTEST, "--ignore=tests/cluster"], cwd=ROOT)
+            others = subprocess.call([*PYTEST, *other_args], cwd=ROOT)
         finally:
             cluster_status = cluster.wait()
+    print(f"\n===== beside them: pytest tests/cluster {' '.join(cluster_args)} (exit {cluster_status}) =====",
+          flush=True)
+    sys.stdout.write(log.read_text(errors="replace"))
     return cluster_status, others
 
 
@@ -55,13 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="torchslurm-tests-") as tmp:
         log = Path(tmp) / "cluster-tests.log"
-        print(f"cluster tests run beside the others; their output follows theirs ({log})", flush=True)
-        cluster, others = run_side_by_side(log)
-        print(f"\n===== cluster tests (tests/cluster, exit {cluster}) =====", flush=True)
-        sys.stdout.write(log.read_text(errors="replace"))
-    print("\n===== cluster tests that need the machine to themselves (-m alone) =====", flush=True)
-    alone = subprocess.call([*PYTEST, "tests/cluster", "-m", "alone", "-p", "no:cacheprovider"], cwd=ROOT)
-    results = {"cluster": cluster, "others": others, "alone": alone}
+        print(f"round 1: the cluster tests (output to {log}, shown after) beside the multiproc and docs tests",
+              flush=True)
+        cluster, others = side_by_side(["-m", "not alone"], ["tests/multiproc", "tests/docs"], log)
+        print("\nround 2: the cluster tests marked alone beside the unit tests", flush=True)
+        alone, unit = side_by_side(["-m", "alone"], ["tests/unit"], log)
+    results = {"cluster": cluster, "multiproc+docs": others, "cluster alone": alone, "unit": unit}
     failed = [name for name, status in results.items() if not passed(status)]
     minutes = (time.monotonic() - started) / 60
     print(f"\ntests: {', '.join(f'{k} exit {v}' for k, v in results.items())}; {minutes:.1f} min in all"

@@ -199,17 +199,17 @@ def test_an_example_without_preemption_code_is_stopped_requeued_and_resumed(clus
     """examples/mnist.py (on the bundled digits) has no preemption code: the Trainer's own catches
     Slurm's USR2 from a preemptible job, checkpoints, requeues, and the requeued job resumes.
     The signal goes out after the first step and the ranks stop within a second of it (delivery, then
-    at most two 0.2 s checks); the 6 epochs (72 steps, a validation and a checkpoint each) last far
-    longer than that, about 30 s on a 2-core machine, so it lands while the job trains."""
+    at most two 0.2 s checks); the 3 epochs (36 steps, a validation and a checkpoint each) last far
+    longer than that, about 15 s on a 2-core machine, so it lands while the job trains."""
     run_dir = cluster.job_dir / "run"
-    spec = JobSpec(script=str(EXAMPLE), args=("--epochs", "6", "dataset=digits", "log_every=1", f"run_dir={run_dir}"),
+    spec = JobSpec(script=str(EXAMPLE), args=("--epochs", "3", "dataset=digits", "log_every=1", f"run_dir={run_dir}"),
                    name="example", nodes=2, tasks_per_node=2, time="5", preemptible=True, grace_s=60,
                    python=cluster.python, env={"TORCH_CPP_LOG_LEVEL": "ERROR"})
     job = cluster.sbatch(render(spec))
     metrics = run_dir / "metrics.jsonl"
     wait_for(lambda: metrics.exists() and '"kind": "step"' in metrics.read_text(), 90, "no step was logged")
     assert cluster.run(["scancel", "--signal=USR2", job]).returncode == 0
-    state, restarts = drive(cluster, job, timeout_s=300)  # 6 epochs: slow on a loaded machine
+    state, restarts = drive(cluster, job, timeout_s=300)  # slow on a loaded machine
     output = cluster.output(job)
     assert (state, restarts) == ("COMPLETED", 1), output[-4000:]
     assert "stopping at this step boundary: SIGUSR2" in output, output[-4000:]

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from torchslurm.jobs.results import TIME_COLUMN
+from torchslurm.jobs.sweep import point_dir
 from torchslurm.jobs.sweepstate import Manifest, Point, write_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,9 +50,8 @@ def _environ() -> dict[str, str]:
 
 def _sweep(sweep_dir: Path) -> Manifest:
     """The grid's points, keys in the order written, named `<i>-<key=value,...>` as a sweep names them."""
-    points = tuple(Point(i, f"{i}-" + ",".join(f"{k}={v}" for k, v in zip(GRID, values, strict=True)),
-                         dict(zip(GRID, values, strict=True)))
-                   for i, values in enumerate(itertools.product(*GRID.values())))
+    grids = (dict(zip(GRID, values, strict=True)) for values in itertools.product(*GRID.values()))
+    points = tuple(Point(i, point_dir(i, overrides), overrides) for i, overrides in enumerate(grids))
     sweep_dir.mkdir(parents=True)
     manifest = Manifest("digits", sweep_dir, points)
     write_manifest(manifest)
