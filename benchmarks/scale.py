@@ -94,11 +94,25 @@ def timings(output: str) -> dict[str, list[float]]:
     return found
 
 
+def measure_traffic(nodes: int, seconds: float, work: Path, env: dict[str, str]) -> dict[str, object]:
+    """Store calls of the Trainer's heartbeat and hang detector, counted in every rank of one job."""
+    counted = work / "traffic.json"
+    script = "\n".join([
+        "#!/bin/bash",
+        f"#SBATCH --nodes={nodes} --ntasks-per-node=1 --time=30 --output={work}/traffic.out",
+        f'export PATH={Path(sys.executable).parent}:"$PATH" OMP_NUM_THREADS=1',
+        f"srun --kill-on-bad-exit=1 python {RANK} traffic {seconds} {counted}", ""])
+    sbatch_wait(script, work, env, "traffic")
+    loaded: dict[str, object] = json.loads(counted.read_text())
+    return loaded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,32,64", help="node counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per size (each runs every way once)")
-    parser.add_argument("--traffic-s", type=float, default=30.0, help="seconds of watchdog + hang detector")
+    parser.add_argument("--traffic-s", type=float, default=30.0,
+                        help="seconds of watchdog + hang detector at the largest size; 0: not measured")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if os.geteuid() != 0:
@@ -123,14 +137,8 @@ def main() -> None:
                                                  work, env, name))
             print(f"{nodes} nodes: " + ", ".join(f"{w} {statistics.median(t):.1f} s" for w, t in
                                                   results[nodes].items() if t), flush=True)
-        counted = work / "traffic.json"
-        script = "\n".join([
-            "#!/bin/bash",
-            f"#SBATCH --nodes={sizes[-1]} --ntasks-per-node=1 --time=30 --output={work}/traffic.out",
-            f'export PATH={Path(sys.executable).parent}:"$PATH" OMP_NUM_THREADS=1',
-            f"srun --kill-on-bad-exit=1 python {RANK} traffic {args.traffic_s} {counted}", ""])
-        sbatch_wait(script, work, env, "traffic")
-        traffic = json.loads(counted.read_text())
+        if args.traffic_s > 0:
+            traffic = measure_traffic(sizes[-1], args.traffic_s, work, env)
     finally:
         down_s = torchslurm("sandbox", "down")
     print(f"\nsandbox of {sizes[-1]} nodes: up {up_s:.1f} s, down {down_s:.1f} s")

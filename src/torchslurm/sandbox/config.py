@@ -198,6 +198,10 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         f"Boards=1 SocketsPerBoard=1 CoresPerSocket={cfg.cpus_per_node} ThreadsPerCore=1 "
         f"RealMemory=2000{gres} State=UNKNOWN"
     )
+    # Slurm's 10 s for a daemon's answer, but more beyond 16 nodes: there, all of them run on the same
+    # few cores as the job's ranks, and 64 ranks importing torch on 2 cores kept a slurmd silent past
+    # 10 s ("srun: error: Cannot communicate with node 9. Aborting job.", benchmarks/scale.py).
+    message_timeout = 10 if n <= 16 else 60
     return f"""\
 # Written by `torchslurm sandbox up`; removed by `torchslurm sandbox down`.
 ClusterName=torchslurm-sandbox
@@ -238,7 +242,7 @@ SlurmctldTimeout=30
 InactiveLimit=0
 KillWait=30
 MinJobAge=600
-MessageTimeout=10
+MessageTimeout={message_timeout}
 {node_line}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """

@@ -85,6 +85,11 @@ def test_sixty_four_nodes_fit_the_sandbox_subnet_with_distinct_names() -> None:
         assert all(len(name(i)) <= 15 for i in c.node_indexes())  # IFNAMSIZ - 1
 
 
+@pytest.mark.parametrize(("nodes", "seconds"), [(4, "10"), (16, "10"), (17, "60"), (64, "60")])
+def test_daemons_get_longer_to_answer_beyond_sixteen_nodes_on_the_same_cores(nodes: int, seconds: str) -> None:
+    assert conf_values(render_slurm_conf(cfg(nodes=nodes)))["MessageTimeout"] == seconds
+
+
 def test_slurm_conf_single_node_has_no_brackets_and_no_gres_without_gpus() -> None:
     node_line = next(line for line in render_slurm_conf(cfg(nodes=1, gpus_per_node=0)).splitlines()
                      if line.startswith("NodeName="))
