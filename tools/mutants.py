@@ -244,24 +244,28 @@ def report(name: str, elapsed_s: float | None) -> int:
 
 def run(name: str, jobs: int, survivors: bool, fresh: bool) -> float:
     folder = prepare(name, fresh)
-    names = [n for n, s in results(folder).items() if s == "survived"] if survivors else []
     log = folder / "run.log"
     print(f"shard {name}: mutating {', '.join(SHARDS[name].modules)}; log in {log.relative_to(ROOT)}", flush=True)
     start = time.monotonic()
-    done = mutmut(folder, "run", "--max-children", str(jobs), *names, log=log)
-    elapsed = time.monotonic() - start
-    if done.returncode != 0:
-        tail = log.read_text()[-3000:]
-        raise SystemExit(f"mutmut run failed for shard {name} (exit code {done.returncode}); the end of {log}:\n"
-                         f"{tail}")
-    return elapsed
+    # a plain run tests the mutants of new and changed functions; --survivors then every mutant not caught:
+    # the survivors, and those no test called (new tests may call them now)
+    for again in (False, True) if survivors else (False,):
+        names = [n for n, s in results(folder).items() if s not in CAUGHT] if again else []
+        if again and not names:
+            break
+        done = mutmut(folder, "run", "--max-children", str(jobs), *names, log=log)
+        if done.returncode != 0:
+            tail = log.read_text()[-3000:]
+            raise SystemExit(f"mutmut run failed for shard {name} (exit code {done.returncode}); the end of "
+                             f"{log}:\n{tail}")
+    return time.monotonic() - start
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("shards", nargs="*", metavar="SHARD", help=f"one of {', '.join(SHARDS)}, or all")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once")
-    parser.add_argument("--survivors", action="store_true", help="test again only the last run's survivors")
+    parser.add_argument("--survivors", action="store_true", help="test again only what the last run did not catch")
     parser.add_argument("--fresh", action="store_true", help="forget the shard's earlier results")
     parser.add_argument("--report", action="store_true", help="print the last run's table, run nothing")
     parser.add_argument("--list", action="store_true", help="list the shards")
