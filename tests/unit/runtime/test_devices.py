@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from torchslurm.errors import ConfigError
+from torchslurm.runtime import devices
 from torchslurm.runtime.devices import (
     DeviceChoice,
     choose_device,
@@ -314,7 +315,7 @@ def test_slurm_gpus_names_slurms_own_variables_and_skips_empty_values() -> None:
         "SLURM_STEP_GPUS=2,3, CUDA_VISIBLE_DEVICES=0,1")
     for empty in ("0", "-1", "NoDevFiles", ""):
         assert slurm_gpus({"SLURM_GPUS_ON_NODE": empty, "SLURM_JOB_GPUS": "1"}) == "SLURM_JOB_GPUS=1"
-    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "0"}) == ""  # not from Slurm
+    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}) == ""  # not from Slurm
 
 
 def test_gpus_unseen_says_the_whole_text_and_is_silent_with_one_gpu_seen() -> None:
@@ -372,3 +373,14 @@ def test_more_ranks_than_cpus_on_a_node_is_said_with_the_limit(environ: dict[str
 
 def test_per_task_binding_by_gpus_per_task() -> None:
     assert per_task_binding({**STEP, "SLURM_GPUS_PER_TASK": "1"}, 1) == "SLURM_GPUS_PER_TASK=1 binds GPUs per task"
+
+
+def test_usable_cpus_falls_back_to_the_cpu_count_where_there_is_no_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_affinity(pid: int) -> set[int]:
+        raise OSError("not here")
+
+    monkeypatch.setattr(devices.os, "sched_getaffinity", no_affinity)
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 8)
+    assert devices.usable_cpus() == 8
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: None)  # os.cpu_count(): None when it cannot tell
+    assert devices.usable_cpus() == 1
