@@ -43,6 +43,8 @@ class Shard:
     why: str
     forkserver: bool = False
     """Fork each mutant's test run from a server process rather than from mutmut's own (tests that import torch)."""
+    reads: tuple[str, ...] = ()
+    """Folders besides src/ and tests/ that the tests read (mutmut runs them in its copy of the tree)."""
 
 
 SHARDS = {
@@ -69,7 +71,8 @@ SHARDS = {
     "lint": Shard(("lint/allocation", "lint/batch", "lint/directives", "lint/launch", "lint/launchers", "lint/ports",
                    "lint/rendezvous", "lint/slips", "lint/rule", "lint/report"),
                   ("tests/unit/lint",),
-                  "the lint rules and the allocation they judge (parsing, lint/parse and lint/shell, is apart)"),
+                  "the lint rules and the allocation they judge (parsing, lint/parse and lint/shell, is apart)",
+                  reads=("docs",)),
     "checkpoint": Shard(("train/checkpoint/layout", "train/checkpoint/integrity"),
                         ("tests/unit/train/checkpoint/test_layout.py", "tests/unit/train/checkpoint/test_integrity.py",
                          "tests/unit/train/checkpoint/test_escapes.py", "tests/unit/train/checkpoint/test_reading.py"),
@@ -174,6 +177,8 @@ def shard_pyproject(text: str, shard: Shard) -> str:
     settings["pytest_add_cli_args_test_selection"] = list(shard.tests)
     if shard.forkserver:
         settings["process_isolation"] = "forkserver"
+    if shard.reads:
+        settings["also_copy"] = list(shard.reads)
     kept, inside = [], False
     for line in text.splitlines():
         if line.startswith("["):
@@ -184,12 +189,13 @@ def shard_pyproject(text: str, shard: Shard) -> str:
 
 
 def prepare(name: str, fresh: bool) -> Path:
-    """mutants/<name>/: links to src/ and tests/, the shard's pyproject.toml (mutmut reads it from there)."""
+    """mutants/<name>/: links to src/, tests/ and what else the tests read, the shard's pyproject.toml (mutmut
+    reads it from there)."""
     folder = WORK / name
     if fresh and (folder / "mutants").exists():
         subprocess.run(["rm", "-rf", str(folder / "mutants")], check=True)
     folder.mkdir(parents=True, exist_ok=True)
-    for part in ("src", "tests"):
+    for part in ("src", "tests", *SHARDS[name].reads):
         link = folder / part
         if not link.is_symlink():
             link.symlink_to(ROOT / part)
