@@ -43,6 +43,8 @@ class Shard:
     why: str
     forkserver: bool = False
     """Fork each mutant's test run from a server process rather than from mutmut's own (tests that import torch)."""
+    reads: tuple[str, ...] = ()
+    """Folders besides src/ and tests/ that the tests read (mutmut runs them in its copy of the tree)."""
 
 
 SHARDS = {
@@ -69,7 +71,8 @@ SHARDS = {
     "lint": Shard(("lint/allocation", "lint/batch", "lint/directives", "lint/launch", "lint/launchers", "lint/ports",
                    "lint/rendezvous", "lint/slips", "lint/rule", "lint/report"),
                   ("tests/unit/lint",),
-                  "the lint rules and the allocation they judge (parsing, lint/parse and lint/shell, is apart)"),
+                  "the lint rules and the allocation they judge (parsing, lint/parse and lint/shell, is apart)",
+                  reads=("docs",)),
     "checkpoint": Shard(("train/checkpoint/layout", "train/checkpoint/integrity"),
                         ("tests/unit/train/checkpoint/test_layout.py", "tests/unit/train/checkpoint/test_integrity.py",
                          "tests/unit/train/checkpoint/test_escapes.py", "tests/unit/train/checkpoint/test_reading.py"),
@@ -174,6 +177,8 @@ def shard_pyproject(text: str, shard: Shard) -> str:
     settings["pytest_add_cli_args_test_selection"] = list(shard.tests)
     if shard.forkserver:
         settings["process_isolation"] = "forkserver"
+    if shard.reads:
+        settings["also_copy"] = list(shard.reads)
     kept, inside = [], False
     for line in text.splitlines():
         if line.startswith("["):
@@ -184,12 +189,13 @@ def shard_pyproject(text: str, shard: Shard) -> str:
 
 
 def prepare(name: str, fresh: bool) -> Path:
-    """mutants/<name>/: links to src/ and tests/, the shard's pyproject.toml (mutmut reads it from there)."""
+    """mutants/<name>/: links to src/, tests/ and what else the tests read, the shard's pyproject.toml (mutmut
+    reads it from there)."""
     folder = WORK / name
     if fresh and (folder / "mutants").exists():
         subprocess.run(["rm", "-rf", str(folder / "mutants")], check=True)
     folder.mkdir(parents=True, exist_ok=True)
-    for part in ("src", "tests"):
+    for part in ("src", "tests", *SHARDS[name].reads):
         link = folder / part
         if not link.is_symlink():
             link.symlink_to(ROOT / part)
@@ -244,24 +250,28 @@ def report(name: str, elapsed_s: float | None) -> int:
 
 def run(name: str, jobs: int, survivors: bool, fresh: bool) -> float:
     folder = prepare(name, fresh)
-    names = [n for n, s in results(folder).items() if s == "survived"] if survivors else []
     log = folder / "run.log"
     print(f"shard {name}: mutating {', '.join(SHARDS[name].modules)}; log in {log.relative_to(ROOT)}", flush=True)
     start = time.monotonic()
-    done = mutmut(folder, "run", "--max-children", str(jobs), *names, log=log)
-    elapsed = time.monotonic() - start
-    if done.returncode != 0:
-        tail = log.read_text()[-3000:]
-        raise SystemExit(f"mutmut run failed for shard {name} (exit code {done.returncode}); the end of {log}:\n"
-                         f"{tail}")
-    return elapsed
+    # a plain run tests the mutants of new and changed functions; --survivors then every mutant not caught:
+    # the survivors, and those no test called (new tests may call them now)
+    for again in (False, True) if survivors else (False,):
+        names = [n for n, s in results(folder).items() if s not in CAUGHT] if again else []
+        if again and not names:
+            break
+        done = mutmut(folder, "run", "--max-children", str(jobs), *names, log=log)
+        if done.returncode != 0:
+            tail = log.read_text()[-3000:]
+            raise SystemExit(f"mutmut run failed for shard {name} (exit code {done.returncode}); the end of "
+                             f"{log}:\n{tail}")
+    return time.monotonic() - start
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("shards", nargs="*", metavar="SHARD", help=f"one of {', '.join(SHARDS)}, or all")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once")
-    parser.add_argument("--survivors", action="store_true", help="test again only the last run's survivors")
+    parser.add_argument("--survivors", action="store_true", help="test again only what the last run did not catch")
     parser.add_argument("--fresh", action="store_true", help="forget the shard's earlier results")
     parser.add_argument("--report", action="store_true", help="print the last run's table, run nothing")
     parser.add_argument("--list", action="store_true", help="list the shards")

@@ -48,7 +48,8 @@ def _float(text: str) -> float:
 
 
 def _at(mark: yaml.Mark | None) -> str:
-    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "an unknown place"
+    assert mark is not None  # PyYAML's scanner marks every event and node it makes
+    return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 def _too_long(digits: str, where: str = "") -> ConfigError:
@@ -79,7 +80,7 @@ def _loader() -> type[yaml.SafeLoader]:
         def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             self.depth, self.nodes = self.depth + 1, self.nodes + 1
             try:
-                if self.depth > MAX_DEPTH:
+                if self.depth > MAX_DEPTH + 1:  # a plain value is one level below its list (as in _check_bounds)
                     event = self.peek_event()  # type: ignore[no-untyped-call]
                     raise ConfigError(f"nests lists or mappings more than {MAX_DEPTH} deep "
                                       f"({_at(event.start_mark)}).", _SIMPLER)
@@ -135,7 +136,7 @@ def _check_bounds(data: object) -> None:
     the walk visits each object once and adds up the sizes the aliases stand for (without the memo
     an alias bomb would take as long to check as to expand). Iterative: no recursion to overflow."""
     sizes: dict[int, tuple[int, int]] = {}  # id -> (values once expanded, depth)
-    visiting: set[int] = set()
+    visiting: set[int] = set()  # started; those not yet in sizes contain the value being visited
     stack: list[tuple[object, bool]] = [(data, False)]
     while stack:
         value, done = stack.pop()
@@ -147,7 +148,6 @@ def _check_bounds(data: object) -> None:
         if done:
             inner = [sizes.get(id(c), (1, 0)) for c in children]
             sizes[key] = (1 + sum(n for n, _ in inner), 1 + max((d for _, d in inner), default=0))
-            visiting.discard(key)
             if sizes[key][0] > MAX_VALUES:
                 raise _too_many()
             if sizes[key][1] > MAX_DEPTH:
@@ -205,7 +205,8 @@ def _load_toml(text: str, label: str) -> Any:
     except RecursionError:  # tomllib recurses once per level of nesting
         raise ConfigError(f"{label} nests arrays or tables more than {MAX_DEPTH} deep.", _SIMPLER) from None
     except ValueError:  # int() past its limit of digits
-        raise ConfigError(f"{label} {_too_long('more than 4300').message}", _too_long("").hint) from None
+        too_long = _too_long("more than 4300")
+        raise ConfigError(f"{label} {too_long.message}", too_long.hint) from None
     try:
         _check_bounds(data)
     except ConfigError as exc:

@@ -3,12 +3,13 @@ and Slurm times keep their meaning."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from torchslurm.configfile import MAX_FILE_BYTES, load_yaml
+from torchslurm.configfile import MAX_FILE_BYTES, load_yaml, read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError
 from torchslurm.jobs import spec as jobspec
 from torchslurm.jobs.sbatch import render
@@ -159,3 +160,146 @@ def test_a_file_past_the_size_limit_or_a_device_is_refused_not_read_to_the_end(t
         with pytest.raises(ConfigError, match=rf"{path.name} is larger than 256 KiB.*HINT: check the path"):
             jobspec.load(path)
 
+
+
+# -- the bounds exactly, and every refusal's whole text ---------------------------------------------------
+
+def _read(tmp_path: Path, name: str, text: str) -> Any:
+    path = tmp_path / name
+    path.write_text(text)
+    return read_mapping(path, f"job spec {name}", ["script", "nodes"])
+
+
+def _refusal(tmp_path: Path, name: str, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        _read(tmp_path, name, text)
+    return str(info.value)
+
+
+_SIMPLER = ("HINT: write each setting as `key: value`, its value a plain value or a short list or mapping of "
+            "them.")
+
+
+@pytest.mark.parametrize("name", ["job.yaml", "job.toml"])
+def test_values_nested_32_deep_load_and_33_deep_are_refused_in_yaml_and_toml_alike(tmp_path: Path, name: str) -> None:
+    """The top-level mapping is one level, so 31 lists inside it make 32; a plain value in the innermost list
+    adds no level, and an empty list counts as a level as a full one does."""
+    key = "a = " if name.endswith(".toml") else "a: "
+    for inner in ("1", ""):
+        assert _read(tmp_path, name, key + "[" * 31 + inner + "]" * 31) == {"a": _nested(31, inner)}
+        assert _refusal(tmp_path, name, key + "[" * 32 + inner + "]" * 32).startswith(
+            f"job spec {name} nests lists or mappings more than 32 deep")
+
+
+def _nested(levels: int, inner: str) -> object:
+    value: list[object] = [int(inner)] if inner else []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_a_toml_file_of_10000_values_loads_and_one_more_is_refused(tmp_path: Path) -> None:
+    """The top-level mapping, the key and the list count too: 3 + 9997 values."""
+    assert len(_read(tmp_path, "job.toml", "a = [" + ",".join(["0"] * 9997) + "]")["a"]) == 9997
+    assert _refusal(tmp_path, "job.toml", "a = [" + ",".join(["0"] * 9998) + "]") == (
+        "job spec job.toml holds more than 10000 values (an alias *name counts as all the values it repeats); a "
+        "settings file holds a few dozen. HINT: write the values out instead of repeating lists by aliases, and "
+        "check that the path names a settings file.")
+
+
+def test_an_integer_of_333_bits_loads_and_one_of_334_bits_is_refused_with_its_digits(tmp_path: Path) -> None:
+    """A TOML integer's digits are estimated from its bits (tomllib reads it before it can be counted)."""
+    assert _read(tmp_path, "job.toml", f"nodes = {2 ** 333 - 1}\n") == {"nodes": 2 ** 333 - 1}
+    assert _refusal(tmp_path, "job.toml", f"nodes = {2 ** 333}\n") == (  # 101 digits
+        "job spec job.toml holds an integer of about 101 digits; no setting takes more than 100. HINT: write a "
+        "smaller number, or quote it if it is text.")
+
+
+def test_a_list_that_contains_itself_is_refused_with_the_whole_text() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_yaml("args: &a [1, *a]\n")
+    assert str(info.value) == ("the YAML text holds a list or mapping that contains itself (an alias *name inside "
+                               "its own &name). HINT: an alias may only repeat a value that is complete before it.")
+
+
+def test_underscores_between_digits_and_yaml_nan_read_as_numbers() -> None:
+    loaded = load_yaml("a: 1__000\nb: 1__000.5\nc: 1_\nd: .nan\ne: .NaN\nf: -.Inf\n")
+    assert (loaded["a"], loaded["b"], loaded["c"], loaded["f"]) == (1000, 1000.5, 1, float("-inf"))
+    assert math.isnan(loaded["d"]) and math.isnan(loaded["e"])
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("job.toml", "a = = 1\n", "job spec job.toml is not valid toml: Invalid value (at line 1, column 5)."),
+    ("job.yaml", "a: [1", "job spec job.yaml is not valid yaml: while parsing a flow sequence\n"),
+    ("job.yml", "a: [1", "job spec job.yml is not valid yml: while parsing"),
+    ("job", "a: [1", "job spec job is not valid YAML: while parsing"),
+])
+def test_a_syntax_error_names_the_file_and_its_format(tmp_path: Path, name: str, text: str, message: str) -> None:
+    refusal = _refusal(tmp_path, name, text)
+    assert refusal.startswith(message) and refusal.endswith(". HINT: fix the syntax at the position shown.")
+
+
+def test_a_file_that_holds_no_mapping_is_refused_naming_the_valid_keys(tmp_path: Path) -> None:
+    assert _refusal(tmp_path, "job.yml", "- 1\n- 2\n") == (
+        "job spec job.yml holds a list, expected a mapping. HINT: write `key: value` lines; valid keys: script, "
+        "nodes.")
+
+
+def test_a_missing_file_is_refused_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        read_mapping(tmp_path / "nope.yaml", "job spec nope.yaml", ["script"])
+    assert str(info.value) == "cannot read job spec nope.yaml: No such file or directory. HINT: check the path."
+
+
+def test_a_file_of_exactly_the_size_limit_loads_and_one_byte_more_is_refused(tmp_path: Path) -> None:
+    text = "script: t.py\n" + "#" * (MAX_FILE_BYTES - len("script: t.py\n"))
+    assert _read(tmp_path, "job.yaml", text) == {"script": "t.py"}
+    assert _refusal(tmp_path, "job.yaml", text + "#") == (
+        "job spec job.yaml is larger than 256 KiB; a settings file is a few lines of YAML or TOML. HINT: check the "
+        "path: it should name a YAML or TOML settings file.")
+
+
+@pytest.mark.parametrize(("data", "line"), [(b"name: caf\xe9\nb: 1\nc: 2\n", 1), (b"\n\nname: caf\xe9\nb: 1\n", 3)])
+def test_the_line_of_a_byte_that_is_not_utf8_counts_the_newlines_before_it(tmp_path: Path, data: bytes,
+                                                                           line: int) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as info:
+        read_mapping(path, "job spec job.yaml", ["name"])
+    assert str(info.value) == (f"job spec job.yaml is not UTF-8 text: byte 0xe9 at line {line} is not part of a "
+                               "UTF-8 character. HINT: save the file as UTF-8 (or check that the path names a YAML "
+                               "or TOML settings file).")
+
+
+def test_unknown_keys_are_named_with_a_guess_for_each_typo() -> None:
+    error = unknown_keys_error("job spec x.yaml", ["scirpt", "__nodes", "zzz"], ["script", "nodes", "time"])
+    assert (error.message, error.hint) == (
+        "unknown key(s) in job spec x.yaml: scirpt, __nodes, zzz.",
+        "did you mean scirpt -> script, __nodes -> nodes? a file's keys have no leading -- (tasks_per_node: 2 or "
+        "tasks-per-node: 2); valid keys are script, nodes, time.")
+    error = unknown_keys_error("TrainConfig(...)", ["zzz"], ["lr", "seed"])
+    assert (error.message, error.hint) == ("unknown key(s) in TrainConfig(...): zzz.", "valid keys are lr, seed.")
+
+
+def test_unknown_keys_past_twenty_are_counted_not_named() -> None:
+    many = [f"k{i}" for i in range(20)]
+    error = unknown_keys_error("job spec x.yaml", [*many, "scirpt", "extra"], ["script"])
+    assert error.message == f"unknown key(s) in job spec x.yaml: {', '.join(many)}, and 2 more."
+    assert error.hint == "valid keys are script."  # the typo past the twentieth is not guessed either
+    assert unknown_keys_error("s", many, ["script"]).message == f"unknown key(s) in s: {', '.join(many)}."
+    assert unknown_keys_error("s", [*many, "x"], ["script"]).message == (
+        f"unknown key(s) in s: {', '.join(many)}, and 1 more.")
+
+
+def test_an_unknown_key_is_shown_quoted_safely_and_guessed_from_its_first_100_characters() -> None:
+    error = unknown_keys_error("s", ["scrip\n" + "t" * 500], ["script"])
+    assert error.message.startswith("unknown key(s) in s: scrip\\n" + "t" * 10)
+    assert error.hint == "valid keys are script."
+    assert unknown_keys_error("s", ["_scipt"], ["script"]).hint == (
+        "did you mean _scipt -> script? valid keys are script.")
+    # a flag's spelling: the leading dashes (underscores once read) are not part of the guess
+    assert unknown_keys_error("s", ["____lr"], ["lr", "seed"]).hint.startswith("did you mean ____lr -> lr? ")
+    assert unknown_keys_error("s", ["XXXXlr"], ["lr", "seed"]).hint == "valid keys are lr, seed."  # only `_`
+    # the guess compares at most the first 100 characters (difflib takes time quadratic in the length)
+    long, longer = "x" * 100, "x" * 100 + "y"
+    assert unknown_keys_error("s", [longer], [longer, long]).hint.startswith(f"did you mean {longer} -> {long}? ")

@@ -92,8 +92,8 @@ def findings(asked: Asked, slurm_version: str | None, cwd: Path, submitting: boo
 def bash_syntax(script_text: str) -> list[Finding]:
     """`bash -n` on the script: a syntax error found now, not after the job waited in the queue."""
     try:
-        result = subprocess.run(["bash", "-n"], input=script_text, capture_output=True, text=True, encoding="utf-8",
-                                errors="replace", timeout=30)
+        result = subprocess.run(["bash", "-n"], input=script_text, capture_output=True, encoding="utf-8",
+                                errors="replace", timeout=30)  # an encoding: text in and out
     except (OSError, subprocess.TimeoutExpired):
         return []  # no bash here: sbatch's node will say it
     if result.returncode == 0:

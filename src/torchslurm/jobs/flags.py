@@ -62,7 +62,7 @@ SBATCH_ONLY = frozenset({
 
 def flag_name(arg: str) -> str:
     """`--gpus=8` -> `--gpus`, `-n4` -> `-n`."""
-    return arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+    return arg.partition("=")[0] if arg.startswith("--") else arg[:2]
 
 
 def slurm_flag_advice(arg: str, accepted: Collection[str]) -> tuple[str, str] | None:
@@ -89,7 +89,7 @@ _SLURM_FLAGS = frozenset(flag(name) for name in (
 
 def misplaced_flags(script: str, script_args: Sequence[str]) -> list[Finding]:
     """An error for each of torchslurm's Slurm flags given after the script (the script would get it)."""
-    flags = [arg.split("=", 1)[0] for arg in script_args]
+    flags = [arg.partition("=")[0] for arg in script_args]
     return [Finding("error", "misplaced-flag", f"{option} comes after {script}, so {script} gets it and the job "
                     "spec does not.", f"put torchslurm's flags before the script ({option} ... "
                     f"{script} ...); if {script} itself takes {option}, give --force before {script}")

@@ -144,7 +144,7 @@ class JobSpec:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            if f.name == "script" or value != default:
+            if value != default:  # script has no default: always there
                 out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -164,7 +164,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 def parse_time(text: str, what: str = "time") -> int:
     """Slurm's --time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. `what` names the value in errors."""
     m = TIME_PATTERN.fullmatch(text.strip())
-    if not m or text.strip() in ("", "-"):
+    if not m:
         raise ConfigError(f"{what}={shown(text)} is not a Slurm time limit.",
                           "use minutes (`90`), `H:MM:SS` (`1:30:00`) or `D-HH:MM:SS` (`1-00:00:00`).")
     days, a, b, c = m.groups()
@@ -224,7 +224,7 @@ def from_mapping(data: Mapping[str, Any], source: str = "spec", command: str = "
 
 def spec_json(spec: JobSpec) -> str:
     """A stable one-line JSON form of the spec (non-default fields), used in script headers."""
-    return json.dumps(spec.to_dict(), sort_keys=False, ensure_ascii=True)
+    return json.dumps(spec.to_dict(), ensure_ascii=True)  # in to_dict's order: the fields'
 
 
 # -- normalising and checking: __post_init__ normalises, then asks problems() -------------------
@@ -290,7 +290,7 @@ def _as_sequence(name: str, value: object) -> Sequence[object]:
         else:
             example = '["...", "..."]'
         raise ConfigError(f"{name}={shown(value)} is a {type(value).__name__}, expected a list of strings.",
-                          f"write {name}: {example} (a list, one item per {_ITEM.get(name, 'value')}).")
+                          f"write {name}: {example} (a list, one item per {_ITEM[name]}).")
     return value
 
 

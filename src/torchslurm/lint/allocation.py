@@ -23,9 +23,9 @@ def gpus_per_node(d: Mapping[str, str]) -> int | None:
     if "gpus-per-node" in d:
         return leading_int(d["gpus-per-node"].split(":")[-1])
     for item in d.get("gres", "").split(","):
-        parts = item.split(":")
-        if parts[0] == "gpu":
-            return leading_int(parts[-1]) if len(parts) > 1 else 1
+        name, *rest = item.split(":")
+        if name == "gpu":  # gpu[:type][:count], the count 1 when not given (sbatch(1), --gres)
+            return leading_int(rest[-1]) if rest and rest[-1][:1].isdigit() else 1
     per_task, tasks = leading_int(d.get("gpus-per-task")), tasks_per_node(d)
     if per_task is not None and tasks is not None:
         return per_task * tasks
@@ -34,12 +34,13 @@ def gpus_per_node(d: Mapping[str, str]) -> int | None:
 
 
 def tasks_per_node(d: Mapping[str, str]) -> int | None:
-    """Tasks per node asked for by --ntasks-per-node, or --ntasks over --nodes."""
+    """Tasks per node asked for by --ntasks-per-node, or --ntasks over --nodes: on the first nodes, which Slurm's
+    block layout fills first (--ntasks=9 over 2 nodes: 5 and 4)."""
     if "ntasks-per-node" in d:
         return leading_int(d["ntasks-per-node"])
     ntasks, nodes = leading_int(d.get("ntasks")), leading_int(d.get("nodes"))
     if ntasks:  # --ntasks=0 is the invalid-value rule's
-        return ntasks // (nodes or ntasks)
+        return -(-ntasks // (nodes or ntasks))
     return None
 
 

@@ -30,26 +30,30 @@ def _looks_like_a_value(word: str) -> bool:
     return bool(re.match(r"""([0-9]|["'$]|[A-Z][A-Z0-9_]*\Z|.*[,:=])""", word))
 
 
-def _assign_spaces(s: Script) -> Iterator[tuple[int, str, str]]:
-    """`VAR= value`: (line, VAR, value); bash sets VAR to "" and runs `value` as a command."""
+def _assign_spaces(s: Script) -> Iterator[tuple[int, str, str, str | None]]:
+    """`VAR= value`: (line, VAR, value, the builtin it follows or None). bash sets VAR to "" and runs `value` as
+    a command; after `export`, `local`, ... `value` is taken as another variable's name instead."""
     for command in s.commands:
-        words, exporting = command.words, False
+        words, exporting, builtin = command.words, False, None
         if words and words[0] in DECLARE:
-            exporting = words[0] == "export" or (words[0] == "declare" and "-x" in words[1:2])
-            words = [w for w in words[1:] if not w.startswith("-")]
+            options = "".join(w[1:] for w in words[1:] if w.startswith("-"))  # `declare -r -x`, `typeset -rx`
+            exporting = words[0] == "export" or (words[0] in ("declare", "typeset") and "x" in options)
+            builtin, words = words[0], [w for w in words[1:] if not w.startswith("-")]
         while words and ASSIGN_RE.match(words[0]):
             name, value = words[0].split("=", 1)
             if not value and len(words) > 1 and (exporting or _looks_like_a_value(words[1])):
-                yield command.line, name.rstrip("+"), words[1]
+                yield command.line, name.rstrip("+"), words[1], builtin
             words = words[1:]
 
 
 @rule("assign-space", ("error",), "`NCCL_DEBUG= INFO`: bash runs `INFO` as a command. Fix: `NCCL_DEBUG=INFO`.")
 def assign_space(x: Facts) -> Iterator[Flag]:
-    for line, name, value in _assign_spaces(x.script):
-        yield Flag("error", f"`{name}= {value}` has a space after `=`: bash sets {name} to the empty string and runs "
-                   f"`{value}` as a command (command not found; with `set -e` the script stops there).",
-                   f"{name}={value} (no spaces around `=`).", line)
+    for line, name, value, builtin in _assign_spaces(x.script):
+        what = (f"`{builtin}` sets {name} to the empty string and takes `{value}` as the name of another variable "
+                "(unless it is a valid name: \"not a valid identifier\"" if builtin else
+                f"bash sets {name} to the empty string and runs `{value}` as a command (command not found")
+        yield Flag("error", f"`{name}= {value}` has a space after `=`: {what}; with `set -e` the script stops "
+                   "there).", f"{name}={value} (no spaces around `=`).", line)
 
 
 def _header(s: Script) -> Iterator[tuple[int, str]]:
@@ -83,7 +87,7 @@ def ignored_directive(x: Facts) -> Iterator[Flag]:
 def _one_dash(word: str) -> bool:
     """`-nodes=3`, `-ntasks-per-node 4`: one dash before a long option's name."""
     name = word[1:].partition("=")[0]
-    return (word.startswith("-") and not word.startswith("--") and len(name) > 2
+    return (word.startswith("-") and len(name) > 2  # `--nodes`: no long name starts with `-`
             and any(long.startswith(name) for long in SBATCH.long_names))
 
 

@@ -186,6 +186,19 @@ def per_task_binding(environ: Mapping[str, str], cuda_device_count: int) -> str 
     """
     if "SLURM_STEP_ID" not in environ:
         return None
+    asked = _asked_per_task(environ)
+    if asked is not None:
+        return asked
+    on_node = environ.get("SLURM_GPUS_ON_NODE", "")
+    if is_digits(on_node) and int(on_node) > cuda_device_count:
+        # Slurm gave the step more GPUs on this node than this task sees: the rest are its peers'.
+        return f"SLURM_GPUS_ON_NODE={on_node} but this task sees {cuda_device_count}"
+    return None
+
+
+def _asked_per_task(environ: Mapping[str, str]) -> str | None:
+    """The variable by which the job asked for GPUs of each task's own (--gpus-per-task, a --gpu-bind of
+    per_task/single/map_gpu/mask_gpu), as a reason; None when it asked for none."""
     tres = environ.get("SLURMD_TRES_BIND", "").removeprefix("gpu:")
     for name, value in (("SLURMD_TRES_BIND", tres), ("SLURM_GPU_BIND", environ.get("SLURM_GPU_BIND", ""))):
         kinds = [part for part in value.split(",") if part and part != "verbose"]
@@ -193,10 +206,6 @@ def per_task_binding(environ: Mapping[str, str], cuda_device_count: int) -> str 
             return f"{name}={environ[name]} binds GPUs per task"
     if environ.get("SLURM_GPUS_PER_TASK"):
         return f"SLURM_GPUS_PER_TASK={environ['SLURM_GPUS_PER_TASK']} binds GPUs per task"
-    on_node = environ.get("SLURM_GPUS_ON_NODE", "")
-    if is_digits(on_node) and int(on_node) > cuda_device_count:
-        # Slurm gave the step more GPUs on this node than this task sees: the rest are its peers'.
-        return f"SLURM_GPUS_ON_NODE={on_node} but this task sees {cuda_device_count}"
     return None
 
 
@@ -230,22 +239,14 @@ def _task_slot(environ: Mapping[str, str], binding: str, local_rank: int, count:
     listed = gpubind.task_slot(environ, task, _srun_tasks_on_node(environ), count)
     if listed is not None:
         return listed[0], 1, listed[1]
-    if count > 1 and _partial_view(environ, count):
+    # bound per task for no other reason than that it sees fewer GPUs than the node's step has: the GPUs
+    # near its CPUs (--gpu-bind=closest, --accel-bind=g), which other tasks may see too
+    if count > 1 and _asked_per_task(environ) is None:
         return task % count, 1, f"{_PARTIAL} ({binding}): task {task} provisionally takes its {task % count}"
     return 0, 1, f"{binding}, so this task uses its first"
 
 
 _PARTIAL = "a part of the node's GPUs that other tasks may share"
-
-
-def _partial_view(environ: Mapping[str, str], count: int) -> bool:
-    """This task sees some of the step's GPUs on its node without a per-task request saying they are
-    its own (--gpus-per-task, per_task/single/map_gpu/mask_gpu): the GPUs near its CPUs."""
-    tres = environ.get("SLURMD_TRES_BIND", "").removeprefix("gpu:")
-    explicit = any(value.removeprefix("verbose,").startswith(_TASK_BINDS)
-                   for value in (tres, environ.get("SLURM_GPU_BIND", "")))
-    on_node = environ.get("SLURM_GPUS_ON_NODE", "")
-    return not explicit and not environ.get("SLURM_GPUS_PER_TASK") and is_digits(on_node) and int(on_node) > count
 
 
 def _srun_tasks_on_node(environ: Mapping[str, str]) -> int:

@@ -51,7 +51,7 @@ def gpu_sets(spec: str, tasks: int) -> list[tuple[int, ...]]:
 
 
 def _mask_ids(text: str) -> frozenset[int]:
-    bits = int(text.lower().removeprefix("0x"), 16)
+    bits = int(text, 16)  # with or without 0x
     return frozenset(i for i in range(bits.bit_length()) if bits >> i & 1)
 
 

@@ -15,7 +15,7 @@ def is_digits(text: str) -> bool:
     """`text` is 1 to 18 ASCII digits: a count, id or port that int() reads as written. str.isdigit()
     is not this: it takes `²`, which int() refuses, and other scripts' digits, which int() reads and
     Slurm and the launchers do not; and 5,000 digits are past int()'s limit."""
-    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
+    return len(text) <= 18 and text.isascii() and text.isdigit()  # "".isdigit() is False
 
 
 def whole_number(name: str, value: str) -> int:

@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Any
 
 from torchslurm.jobs import spec as jobspec
-from torchslurm.jobs.asked import Asked, findings, preemptible_implied, preemption_findings, preemption_flags
+from torchslurm.jobs.asked import (
+    Asked,
+    bash_syntax,
+    findings,
+    preemptible_implied,
+    preemption_findings,
+    preemption_flags,
+)
 from torchslurm.jobs.spelling import command_line
 
 
@@ -53,3 +60,64 @@ def test_findings_put_errors_first_and_check_the_flags_after_the_script(tmp_path
     assert [f.code for f in findings(asked({"script": "t.py", "args": ()}), None, tmp_path)
             if f.severity != "info"] == []
     assert "script-missing" in [f.code for f in findings(asked({}), None, tmp_path / "elsewhere")]
+
+
+def test_implied_preemptible_says_how_to_say_so() -> None:
+    (found,) = preemption_findings(asked({"signal": "USR1", "requeue": False}))
+    assert found.message == ("--signal, --no-requeue turned on --preemptible: the script asks for --signal=USR1@120, "
+                             "--no-requeue and --open-mode=append.")
+    assert found.hint == (
+        "pass --preemptible to say so, or drop --signal, --no-requeue for a job that is not preemptible")
+
+
+def test_one_preemption_setting_where_preemptible_is_off_takes_effect_only_there() -> None:
+    (found,) = preemption_findings(asked({"grace_s": 60, "preemptible": False}))
+    assert str(found) == ("warning: [preemption-off] --grace-s takes effect only for a preemptible job, and "
+                          "preemptible is off; the script has no #SBATCH --signal or --requeue. HINT: pass "
+                          "--preemptible (preemptible: true in the spec file), or drop them")
+
+
+def test_findings_say_the_flag_after_the_script_and_use_the_slurm_version_and_the_flags_spelling(
+        tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("")
+    given = {"script": "t.py", "args": ("--time=5",), "gpus_per_node": 2, "gpu_flag": "gres"}
+    found = findings(asked(given), "slurm 22.05", tmp_path)
+    assert [str(f) for f in found if f.code in ("misplaced-flag", "gpu-flag")] == [
+        "error: [misplaced-flag] --time comes after t.py, so t.py gets it and the job spec does not. HINT: put "
+        "torchslurm's flags before the script (--time ... t.py ...); if t.py itself takes --time, give --force "
+        "before t.py",
+        "info: [gpu-flag] --gpu-flag=gres on Slurm 22.05: --gres=gpu:N works, --gpus-per-node also does and sets "
+        "SLURM_GPUS_PER_NODE. HINT: keep it, or set --gpu-flag gpus-per-node."]
+
+
+def test_findings_for_a_script_warn_of_what_submit_refuses_or_makes(tmp_path: Path) -> None:
+    """`script` only prints (a missing script is a warning, a missing log folder too); `submit` would wait in the
+    queue and fail (an error), and makes the log folders itself."""
+    job = asked({"output": "logs/%j.out"})
+    printing = {f.code: f.severity for f in findings(job, None, tmp_path)}
+    submitting = {f.code: f.severity for f in findings(job, None, tmp_path, submitting=True)}
+    assert (printing["script-missing"], printing["log-dir"]) == ("warning", "warning")
+    assert submitting["script-missing"] == "error" and "log-dir" not in submitting
+    (tmp_path / "logs").mkdir()
+    assert "log-dir" not in {f.code for f in findings(job, None, tmp_path)}
+
+
+def test_findings_run_bash_on_the_rendered_script(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("")
+    found = findings(asked({"setup": ("echo )",)}), None, tmp_path)
+    assert [f.code for f in found if f.severity == "error"] == ["shell-syntax"]
+
+
+def test_bash_syntax_says_what_bash_said_in_one_line() -> None:
+    assert bash_syntax("#!/bin/bash\necho fine\n") == []
+    (found,) = bash_syntax("#!/bin/bash\necho )\n")
+    assert (found.severity, found.code) == ("error", "shell-syntax")
+    assert found.message == ("the rendered script is not valid bash: bash: line 2: syntax error near unexpected "
+                             "token `)' bash: line 2: `echo )'")
+    assert found.hint == ("check the setup lines for an unbalanced quote or bracket; `torchslurm script --force ...` "
+                          "prints the script anyway")
+
+
+def test_bash_syntax_takes_any_text() -> None:
+    """A lone surrogate (JobSpec refuses one, bash_syntax may still be handed one) is replaced, not an error."""
+    assert bash_syntax("#!/bin/bash\necho '\udcff'\n") == []

@@ -9,7 +9,8 @@ SPEC_FLAGS = {"--gpus-per-node", "--tasks-per-node", "--name", "--nodes", "--par
 
 
 def test_a_flag_is_named_without_its_value() -> None:
-    assert [flag_name(a) for a in ("--gpus=8", "--gpus", "-n4", "-G")] == ["--gpus", "--gpus", "-n", "-G"]
+    assert [flag_name(a) for a in ("--gpus=8", "--gpus", "-n4", "-G", "--export=A=1,B=2")] == [
+        "--gpus", "--gpus", "-n", "-G", "--export"]
 
 
 def test_an_sbatch_spelling_is_advised_only_where_its_torchslurm_flag_is_accepted() -> None:
@@ -35,6 +36,8 @@ def test_slurm_flags_after_the_script_are_errors_once_each() -> None:
     found = misplaced_flags("t.py", ["--nodes", "4", "--lr", "0.1", "--time=10", "--nodes=2"])
     assert [(f.severity, f.code, f.message.split(" comes")[0]) for f in found] == [
         ("error", "misplaced-flag", "--nodes"), ("error", "misplaced-flag", "--time")]
+    assert found[0].message == "--nodes comes after t.py, so t.py gets it and the job spec does not."
     assert found[0].hint == ("put torchslurm's flags before the script (--nodes ... t.py ...); if t.py itself "
                              "takes --nodes, give --force before t.py")
     assert misplaced_flags("t.py", ["--lr", "0.1"]) == []
+    assert [f.message.split(" ")[0] for f in misplaced_flags("t.py", ["--constraint=a=b"])] == ["--constraint"]

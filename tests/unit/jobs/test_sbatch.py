@@ -140,6 +140,10 @@ def test_sbatch_split_matches_sbatch_rules() -> None:
     assert sbatch_split(" --job-name='a b' -J it\\'s") == ["--job-name=a b", "-J", "it's"]
     assert sbatch_split(' --comment="x # y" #c') == ["--comment=x # y"]  # only an unquoted `#` ends it
     assert sbatch_split(" -J a\\ b") == ["-J", "a", "b"]  # a blank ends the argument even when escaped
+    assert sbatch_split("--nodes=2 -J ab#c d") == ["--nodes=2", "-J", "ab"]  # a `#` in a word ends it and the line
+    assert sbatch_split('-J "a b"c\'d e\'') == ["-J", "a bcd e"]  # quoted and plain parts join into one word
+    assert sbatch_split("-J XaXb") == ["-J", "XaXb"]
+    assert sbatch_split('-J "a\nb"') == ["-J", "a", "b"]  # a newline ends the line, even inside quotes
 
 
 def test_torchrun_agents_restart_workers_when_asked() -> None:

@@ -19,6 +19,7 @@ from torchslurm.jobs.spec import (
     parse_slurm_version,
     parse_time,
     problems,
+    spec_json,
 )
 from torchslurm.jobs.spelling import command_line
 
@@ -215,3 +216,115 @@ def test_slurm_version_as_sbatch_prints_it(text: str, version: tuple[int, int]) 
     assert parse_slurm_version(text) == version
     with pytest.raises(ConfigError, match=r"slurm version 'slurm' has no MAJOR\.MINOR\. HINT: pass what"):
         parse_slurm_version("slurm")
+
+
+# -- every refusal's whole text, in a spec file's words and in the command line's ---------------------
+
+@pytest.mark.parametrize(("given", "in_a_file", "as_flags"), [
+    ({"nodes": "2"}, "nodes='2' is not an integer. HINT: write nodes: 2 (a whole number).",
+     "--nodes='2' is not an integer. HINT: write --nodes 2 (a whole number)."),
+    ({"tasks_per_node": "4"}, "tasks_per_node='4' is not an integer. HINT: write tasks_per_node: 2 (a whole number).",
+     "--tasks-per-node='4' is not an integer. HINT: write --tasks-per-node 2 (a whole number)."),
+    ({"preemptible": "yes"}, "preemptible='yes' is not true/false. HINT: write preemptible: true.",
+     "--preemptible='yes' is not true/false. HINT: write --preemptible."),
+    ({"name": 3}, 'name=3 is not a string. HINT: quote it: name: "...".',
+     '--name=3 is not a string. HINT: quote it: --name "...".'),
+    ({"script": None}, 'script=None is not a string. HINT: quote it: script: "...".',
+     '--script=None is not a string. HINT: quote it: --script "...".'),
+    ({"lr": "0.1"}, "lr='0.1' is not a number. HINT: write lr: 0.001.",
+     "--lr='0.1' is not a number. HINT: write --lr 0.001."),
+    ({"lr": True}, "lr=True is not a number. HINT: write lr: 0.001.",
+     "--lr=True is not a number. HINT: write --lr 0.001."),
+    ({"array": "x"},
+     "array='x' is not a Slurm array range. HINT: write e.g. array: 0-9, array: 1,3,5 or array: 0-15%4.",
+     "--array='x' is not a Slurm array range. HINT: write e.g. --array 0-9, --array 1,3,5 or --array 0-15%4."),
+    ({"nproc_per_node": 2},
+     "nproc_per_node=2 with launch='srun': only torchrun starts several processes per task. HINT: use "
+     "tasks_per_node in srun mode, or set launch: torchrun.",
+     "--nproc-per-node=2 with --launch='srun': only torchrun starts several processes per task. HINT: use "
+     "--tasks-per-node in srun mode, or set --launch torchrun."),
+    ({"name": "a\nb"},
+     "name='a\\nb' contains '\\n'; a job script line cannot hold it safely. HINT: remove the line break from name "
+     "(for several setup lines give a list).",
+     "--name='a\\nb' contains '\\n'; a job script line cannot hold it safely. HINT: remove the line break from "
+     "--name (for several setup lines give a list)."),
+    ({"name": "a/b"},
+     "name='a/b' contains '/'; Slurm puts the name into log file names (%x). HINT: use a name without '/', e.g. "
+     "'a-b'.",
+     "--name='a/b' contains '/'; Slurm puts the name into log file names (%x). HINT: use a name without '/', e.g. "
+     "'a-b'."),
+    ({"output": " "}, "output is empty. HINT: give a value for output.",
+     "--output is empty. HINT: give a value for --output."),
+])
+def test_a_refusal_says_the_value_and_the_fix_in_the_words_of_where_it_was_given(
+        given: dict[str, object], in_a_file: str, as_flags: str) -> None:
+    data = {"script": "t.py", **given}
+    with pytest.raises(InvalidSpec) as raised:
+        from_mapping(data)
+    assert str(raised.value) == in_a_file
+    with pytest.raises(InvalidSpec) as raised:
+        from_mapping(data, spelling=command_line(set(given) | {"launch", "tasks_per_node"}))
+    assert str(raised.value) == as_flags
+    assert raised.value.spelled(command_line(set())).spec is raised.value.spec
+
+
+def test_numbers_of_the_right_type_are_taken() -> None:
+    spec = JobSpec(script="t.py", lr=0.1, batch_size=None, tasks_per_node=None, partition=None)
+    assert (spec.lr, JobSpec(script="t.py", lr=1).lr) == (0.1, 1)
+    assert JobSpec(script="t.py", launch="torchrun", max_restarts=2).max_restarts == 2
+
+
+def test_env_that_is_not_a_mapping_is_refused_with_an_example() -> None:
+    with pytest.raises(ConfigError) as raised:
+        JobSpec(script="t.py", env=["A=1"])  # type: ignore[arg-type]
+    assert str(raised.value) == "env=['A=1'] is not a mapping. HINT: write env: {NCCL_DEBUG: INFO}."
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("2:30", 150), ("1:02:03", 3723), ("3-4:05", 273900)])
+def test_parse_time_reads_every_place_of_a_time(text: str, seconds: int) -> None:
+    assert parse_time(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", " ", "-", "1-", "-5", "1:2:3:4"])
+def test_parse_time_refuses_what_is_not_a_time_naming_the_value(text: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_time(text)
+    assert str(raised.value) == (f"time={text!r} is not a Slurm time limit. HINT: use minutes (`90`), `H:MM:SS` "
+                                 "(`1:30:00`) or `D-HH:MM:SS` (`1-00:00:00`).")
+    with pytest.raises(ConfigError, match=rf"^--time={text!r} is not"):
+        parse_time(text, "--time")
+
+
+def test_from_mapping_names_its_source_and_the_command_in_what_it_refuses() -> None:
+    with pytest.raises(ConfigError) as raised:
+        from_mapping({"nodes": 2})
+    assert str(raised.value) == ("no `script` in spec. HINT: give the training script after the flags (`torchslurm "
+                                 "submit --nodes 2 train.py`) or as `script: train.py` in the --spec file.")
+    with pytest.raises(ConfigError, match=r"^unknown key\(s\) in spec: gpus\."):
+        from_mapping({"script": "t.py", "gpus": 2})
+    with pytest.raises(ConfigError, match=r"^no `script` in flags\. HINT: give the training script after the flags "
+                                          r"\(`torchslurm script --nodes 1 train.py`\)"):
+        load(None, {"nodes": 1}, command="torchslurm script --nodes 1")
+
+
+def test_a_spec_file_that_holds_no_mapping_is_named_with_the_valid_keys(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("- train.py\n")
+    with pytest.raises(ConfigError) as raised:
+        load(path)
+    assert str(raised.value).startswith(f"job spec {path} holds a list, expected a mapping. HINT: write `key: value` "
+                                        "lines; valid keys: script, args, name, nodes, ")
+
+
+def test_setup_lines_are_kept_as_text_and_a_script_without_a_stem_names_the_job_torchslurm() -> None:
+    assert JobSpec(script="t.py", setup=["module load x", 3]).setup == ("module load x", "3")  # type: ignore[list-item]
+    assert JobSpec(script=" .py").name == "torchslurm"
+
+
+def test_a_spec_as_data_holds_what_differs_from_the_defaults_in_field_order() -> None:
+    spec = JobSpec(script="t.py", time="5", nodes=2, args=["--lr", "1"], env={"A": "1"}, name="café")
+    assert spec.to_dict() == {"script": "t.py", "args": ["--lr", "1"], "name": "café", "nodes": 2, "time": "5",
+                              "env": {"A": "1"}}
+    assert JobSpec(script="t.py").to_dict() == {"script": "t.py", "name": "t"}
+    assert spec_json(spec) == ('{"script": "t.py", "args": ["--lr", "1"], "name": "caf\\u00e9", "nodes": 2, '
+                               '"time": "5", "env": {"A": "1"}}')

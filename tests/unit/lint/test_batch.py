@@ -62,3 +62,46 @@ def test_signal_without_b_reaches_only_job_steps(directives: str, lines: str, fl
     if found:
         assert found[0].message.startswith(f"line 3: {directives} is sent only to job steps")
         assert found[0].hint.startswith("srun ")
+
+
+_RANK_HINT = "remove it: each task sets RANK from its own SLURM_* variables (torchslurm.init() reads them)."
+
+
+@pytest.mark.parametrize(("launch", "severity", "consequence"), [
+    ("srun -K python t.py --rank $RANK --seed 1", "error",
+     "a launch line passes it on: every rank gets the same value."),
+    ("srun -K --export=ALL,RANK=$RANK python t.py", "error",
+     "a launch line passes it on: every rank gets the same value."),
+    ("srun -K python t.py", "warning", "every task inherits it: a program that reads RANK (torch's env:// rendezvous "
+     "does) gets the same rank everywhere."),
+])
+def test_an_exported_rank_says_who_gets_the_batch_shells_value(launch: str, severity: str, consequence: str) -> None:
+    found = [f for f in lint(H + f"export RANK=$SLURM_PROCID\n{launch}\n") if f.code == "batch-shell-rank"]
+    assert [(f.severity, f.message, f.hint) for f in found if f.message.startswith("line 3")] == [
+        (severity, f"line 3: RANK=$SLURM_PROCID is evaluated once in the batch shell, where SLURM_PROCID is 0, and "
+                   f"{consequence}", _RANK_HINT)]
+
+
+def test_every_srun_line_with_a_rank_word_is_said_once_and_lines_without_srun_are_passed_over() -> None:
+    text = H + ("python prep.py --seed=$SLURM_PROCID\nsrun -K python t.py --seed=$SLURM_PROCID --id=$SLURM_PROCID\n"
+                "srun -K python e.py --id=$SLURM_LOCALID\n")
+    found = [f for f in lint(text) if f.code == "batch-shell-rank"]
+    assert [f.message.split(" is expanded")[0] for f in found] == ["line 4: `--seed=$SLURM_PROCID`",
+                                                                    "line 5: `--id=$SLURM_LOCALID`"]
+    assert found[1].hint == ("let each task expand it: srun bash -c '... $SLURM_LOCALID ...' (single quotes), or "
+                             "drop it: torchslurm.init() and the launchers give each rank its own.")
+
+
+@pytest.mark.parametrize("option", ["--node_rank=$SLURM_NODEID", "--node-rank=$SLURM_NODEID",
+                                    "--node-rank $SLURM_NODEID"])
+def test_a_launchers_node_rank_in_any_spelling_is_left_to_the_rendezvous_rules(option: str) -> None:
+    text = H + f"srun -K torchrun --nnodes=2 {option} --master-addr=h --master-port=1 t.py\n"
+    assert "batch-shell-rank" not in {f.code for f in lint(text)}
+
+
+def test_a_rank_case_is_said_once_on_its_first_assignment_and_ends_at_esac() -> None:
+    text = H + ("case $SLURM_LOCALID in\n  # NCCL_SOCKET_IFNAME per rank\n  0) export NCCL_SOCKET_IFNAME=ib0 ;;\n"
+                "  1) export NCCL_SOCKET_IFNAME=ib1 ;;\nesac\nexport GLOO_SOCKET_IFNAME=eth0\nsrun -K python t.py\n")
+    assert [f.message.split(":")[0] for f in lint(text) if f.code == "per-rank-nic"] == ["line 5"]
+    text = H + "case $SLURM_LOCALID in\n  0) echo first ;;\nesac\nexport NCCL_SOCKET_IFNAME=ib0\nsrun -K python t.py\n"
+    assert "per-rank-nic" not in {f.code for f in lint(text)}

@@ -147,3 +147,18 @@ def test_counts_in_other_digits_are_not_numbers(value: str) -> None:
                  f"deepspeed --num_gpus={value} t.py\naccelerate launch --num_processes {value} t.py\n")
     assert [f.message for f in found if f.code == "invalid-value"] == [
         f"line 2: #SBATCH --ntasks={value} is not a whole number of at least 1; sbatch refuses the script."]
+
+
+@pytest.mark.parametrize("directive", ["--nodes=2-2", "--time=-1", "--time=infinite", "--time=INFINITE",
+                                       "--time=unlimited"])
+def test_edge_values_sbatch_takes(directive: str) -> None:
+    assert [f.code for f in lint(f"#!/bin/bash\n#SBATCH {directive}\nsrun python t.py\n")
+            if f.code == "invalid-value"] == []
+
+
+@pytest.mark.parametrize(("a", "b", "edits"), [
+    ("abc", "ab", 1), ("ab", "abc", 1), ("ab", "ba", 1), ("ba", "ab", 1), ("abcd", "acbd", 1), ("ab", "b", 1),
+    ("ba", "a", 1), ("abc", "bca", 2), ("xab", "xba", 1), ("abx", "bax", 1),
+])
+def test_edit_distance_deletes_inserts_and_swaps_anywhere(a: str, b: str, edits: int) -> None:
+    assert edit_distance(a, b) == edits

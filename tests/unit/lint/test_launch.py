@@ -159,3 +159,13 @@ def test_srun_without_the_jobs_cpus_per_task(lines: str, flagged: bool) -> None:
 
 def test_one_cpu_per_task_needs_nothing() -> None:
     assert lint("#!/bin/bash\n#SBATCH --ntasks=1 --cpus-per-task=1\nsrun -K python t.py\n") == []
+
+
+def test_ntasks_over_nodes_in_the_directives_counts_the_fullest_node_against_the_gpus() -> None:
+    """`#SBATCH --ntasks=9 --nodes=2`: Slurm's block layout puts 5 tasks on the first node, 4 on the second."""
+    text = "#!/bin/bash\n#SBATCH --nodes=2 --ntasks=9 --gpus-per-node=4\nsrun -K python t.py\n"
+    (found,) = [f for f in lint(text) if f.code == "tasks-vs-gpus"]
+    assert found.message == "line 3: srun runs one rank per task: 5 task(s) per node but 4 GPU(s) per node."
+    text = "#!/bin/bash\n#SBATCH --nodes=2 --gpus=8\nsrun -K python t.py\n"
+    (found,) = [f for f in lint(text) if f.code == "tasks-vs-gpus"]
+    assert found.message == "line 3: srun runs one rank per task: 1 task(s) per node but 4 GPU(s) per node."

@@ -65,3 +65,11 @@ def test_several_launchers_per_node_are_launcher_per_task_first() -> None:
     text = "#!/bin/bash\n#SBATCH --nodes=1 --ntasks-per-node=4 --gpus-per-node=4\nsrun -K colossalai run " \
            "--nproc_per_node 4 t.py\n"
     assert {f.code for f in lint(text) if f.severity == "error"} == {"launcher-per-task"}
+
+
+def test_a_launcher_in_a_one_node_step_of_a_two_node_job_spans_the_step() -> None:
+    launch = "srun -K -N 1 -n 1 accelerate launch --num_machines 1 --num_processes 4 t.py\n"
+    assert "launcher-nodes" not in {f.code for f in lint(TWO_NODES + launch)}
+    (found,) = [f for f in lint(TWO_NODES + launch.replace("-N 1 -n 1 ", "")) if f.code == "launcher-nodes"]
+    assert found.message == ("line 3: accelerate --num_machines=1 but the job has 2 node(s): 1 of the 2 nodes stay "
+                             "idle.")

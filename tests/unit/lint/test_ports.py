@@ -65,3 +65,61 @@ def test_torchrun_given_no_port_binds_its_default_one(launch: str, port: str) ->
 ])
 def test_torchrun_with_a_port_per_job_or_none_to_bind_is_not_flagged(launch: str) -> None:
     assert "fixed-port" not in {f.code for f in lint(SHARED + launch + "\n")}
+
+
+_MASTER_HINT = ("remove it: torchslurm.init() derives the port from SLURM_JOB_ID; or derive it from the job id: "
+                "port=$((10000 + SLURM_JOB_ID * 8 % 22768)), or use `torchslurm script --launch torchrun`")
+
+
+@pytest.mark.parametrize(("directives", "why"), [
+    ("--exclusive", "the job holds whole nodes (--exclusive)"),
+    ("--mem=0", "the job holds whole nodes (--mem=0 (all of each node's memory))"),
+    ("--mem=0G", "the job holds whole nodes (--mem=0G (all of each node's memory))"),
+    ("--mem=0g", "the job holds whole nodes (--mem=0g (all of each node's memory))"),
+    ("--mem=0M", "the job holds whole nodes (--mem=0M (all of each node's memory))"),
+    ("--gpus-per-node=8", "the job holds all 8 GPUs of each node"),
+])
+def test_a_fixed_port_on_whole_nodes_is_info_saying_why_it_is_safe(directives: str, why: str) -> None:
+    text = f"#!/bin/bash\n#SBATCH --nodes=1 {directives}\nexport MASTER_PORT=29500\nsrun -K python t.py &\nwait\n"
+    (found,) = [f for f in lint(text) if f.code == "fixed-master-port"]
+    assert (found.severity, found.message, found.hint) == (
+        "info", f"line 3: MASTER_PORT=29500 is fixed; safe here: {why}, so no other job binds it there.",
+        f"to run on shared nodes too, {_MASTER_HINT}.")
+
+
+@pytest.mark.parametrize(("directives", "why"), [
+    ("--mem=10G", "the job does not hold whole nodes (no --exclusive), so where the cluster shares nodes another "
+                  "job can bind it there"),
+    ("--gpus-per-node=4", "4 GPUs per node without --exclusive, so on nodes with more GPUs another job can share the "
+                          "node"),
+])
+def test_a_fixed_port_on_part_of_a_node_is_a_warning_saying_who_could_bind_it(directives: str, why: str) -> None:
+    text = f"#!/bin/bash\n#SBATCH --nodes=1 {directives}\nexport MASTER_PORT=29500\nsrun -K python t.py\n"
+    (found,) = [f for f in lint(text) if f.code == "fixed-master-port"]
+    assert (found.severity, found.message, found.hint) == (
+        "warning", f"line 3: MASTER_PORT=29500 is fixed: {why}; the second one to bind it gets EADDRINUSE or joins "
+                   "this job's rendezvous.", f"{_MASTER_HINT}, or #SBATCH --exclusive.")
+
+
+def test_two_steps_at_once_on_one_fixed_port_say_so() -> None:
+    text = ("#!/bin/bash\n#SBATCH --nodes=1 --exclusive\nexport MASTER_PORT=29500\nsrun -K python t.py &\n"
+            "srun -K python e.py &\nwait\n")
+    (found,) = [f for f in lint(text) if f.code == "fixed-master-port"]
+    assert found.message == ("line 3: MASTER_PORT=29500 is fixed: two steps of this job run at the same time (`srun "
+                             "... &`) and both bind it; the second one to bind it gets EADDRINUSE or joins this job's "
+                             "rendezvous.")
+
+
+@pytest.mark.parametrize(("endpoint", "default"), [
+    ("", "no --master-port: its default, 29500"),  # one node: torchrun holds the rendezvous on its port
+    (" --rdzv-backend=c10d --rdzv-endpoint=[::1]", "--rdzv-endpoint=[::1] without a port: its default, 29400"),
+    (" --rdzv-backend=c10d --rdzv-endpoint=h:", "--rdzv-endpoint=h: without a port: its default, 29400"),
+    (" --rdzv-backend=c10d --rdzv-endpoint=[::1]:$port", None),
+    (" --rdzv-backend=c10d --rdzv-endpoint=$head:$port", None),
+])
+def test_torchrun_on_one_node_without_a_port_binds_its_default(endpoint: str, default: str | None) -> None:
+    text = f"#!/bin/bash\n#SBATCH --nodes=1\nsrun -K torchrun --nproc-per-node=4{endpoint} t.py\n"
+    found = [f.message for f in lint(text) if f.code == "fixed-port"]
+    assert found == ([f"line 3: torchrun's rendezvous port ({default}) is fixed: the job does not hold whole nodes "
+                      "(no --exclusive), so where the cluster shares nodes another job can bind it there; the second "
+                      "one to bind it gets EADDRINUSE or joins this job's rendezvous."] if default else [])

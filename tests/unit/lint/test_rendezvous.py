@@ -129,3 +129,13 @@ def test_master_addr_from_hostname_inside_each_task_names_every_node_master(addr
     assert not _only(TORCHRUN_JOB + f"srun -K {STATIC.replace('$head', addr)} --node-rank=1 t.py\n",
                      "torchrun-master-addr")
 
+
+
+def test_a_standalone_torchrun_on_two_nodes_is_said_once_as_standalone() -> None:
+    text = "#!/bin/bash\n#SBATCH --nodes=2\nsrun -K torchrun --standalone --nnodes=2 --nproc-per-node=4 t.py\n"
+    assert [f.code for f in lint(text) if f.code.startswith("torchrun")] == ["torchrun-standalone"]
+
+
+def test_a_single_node_torchrun_with_nnodes_from_a_variable_needs_no_rendezvous() -> None:
+    text = "#!/bin/bash\n#SBATCH --nodes=1\nsrun -K torchrun --nnodes=$SLURM_NNODES --nproc-per-node=4 t.py\n"
+    assert [f.code for f in lint(text) if f.code.startswith("torchrun")] == []

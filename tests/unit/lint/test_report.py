@@ -96,3 +96,9 @@ def test_one_dash_option_supersedes_invalid_value(directive: str, codes: list[st
 def test_torchrun_standalone_supersedes_torchrun_nnodes() -> None:
     text = "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1\nsrun -K torchrun --standalone --nnodes=1 t.py\n"
     assert [f.code for f in lint(text)] == ["torchrun-standalone"]
+
+
+def test_a_rule_may_run_without_the_rules_it_supersedes() -> None:
+    better = Rule("better", ("error",), "says it better.", lambda x: [Flag("error", "b", "h", line=3)],
+                  supersedes=("absent",))
+    assert [(f.code, f.message) for f in run_rules(_facts(), [better])] == [("better", "line 3: b")]

@@ -49,3 +49,33 @@ def test_code_nested_deeper_than_lint_reads_is_reported_not_a_recursion_error() 
     assert (f.severity, f.code) == ("warning", "unread-lines")
     assert f.message == ("line 3 runs code inside code (`eval`, `bash -c`) more than 16 levels deep; lint reads no "
                          "deeper, so the innermost code was not checked.")
+
+
+@pytest.mark.parametrize(("line", "builtin", "name", "value"), [
+    ("export A= b", "export", "A", "b"),  # after export any word is meant as the value
+    ("declare -x A= b", "declare", "A", "b"), ("declare -r -x A= b", "declare", "A", "b"),
+    ("typeset -rx A= b", "typeset", "A", "b"), ("local A= INFO", "local", "A", "INFO"),
+    ("export PREFIX+= /opt", "export", "PREFIX", "/opt"), ("A+= INFO", None, "A", "INFO"),
+    ("declare A= b", None, None, None),  # not exported, and `b` may be a command run with A empty
+])
+def test_assign_space_after_a_builtin_says_what_the_builtin_does(line: str, builtin: str | None, name: str | None,
+                                                                 value: str | None) -> None:
+    found = [str(f) for f in lint(f"{H}#SBATCH -N 1\n{line}\n") if f.code == "assign-space"]
+    if name is None:
+        assert found == []
+        return
+    what = (f"`{builtin}` sets {name} to the empty string and takes `{value}` as the name of another variable "
+            "(unless it is a valid name: \"not a valid identifier\"" if builtin else
+            f"bash sets {name} to the empty string and runs `{value}` as a command (command not found")
+    assert found == [f"error: [assign-space] line 3: `{name}= {value}` has a space after `=`: {what}; with `set -e` "
+                     f"the script stops there). HINT: {name}={value} (no spaces around `=`)."]
+
+
+@pytest.mark.parametrize(("directive", "one_dash"), [
+    ("-export=ALL,A=1", "--export"), ("-nod=2", "--nod"), ("-ntasks=2", "--ntasks"),
+    ("-no=2", None),  # two letters: `-n o=2`, the invalid-value rule's
+    ("--nodes=2", None),
+])
+def test_one_dash_before_a_long_option_of_three_letters_or_more(directive: str, one_dash: str | None) -> None:
+    found = [f.message for f in lint(f"{H}#SBATCH {directive}\nsrun python t.py\n") if f.code == "one-dash-option"]
+    assert [m.endswith(f"not as {one_dash}.") for m in found] == ([True] if one_dash else [])

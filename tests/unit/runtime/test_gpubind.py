@@ -91,3 +91,48 @@ def test_tasks_with_views_no_variable_states_agree_through_a_real_store() -> Non
                                                           timeout=timedelta(seconds=20)), "gpu/node2", t, 2, ["GPU-x"]),
                                 [0, 1]))
     assert crowded == [0, None]  # the second task is left without a GPU: init() refuses it
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("map_gpu:10,0x10", [(10,), (16,)]),         # decimal unless it says 0x
+    ("mask_gpu:0x10,10,0X3", [(4,), (4,), (0, 1)]),  # masks are hex, with or without 0x
+])
+def test_gpu_ids_past_nine_read_in_their_base(spec: str, expected: list[tuple[int, ...]]) -> None:
+    assert gpu_sets(spec, len(expected)) == expected
+
+
+def test_a_list_with_a_second_colon_is_unreadable() -> None:
+    with pytest.raises(ValueError):
+        gpu_sets("map_gpu:1:2", 1)
+    assert task_slot({"SLURM_GPU_BIND": "map_gpu:1:2"}, 0, 1, 1) is None
+
+
+def test_a_task_id_outside_the_nodes_tasks_leaves_the_choice_to_the_caller() -> None:
+    environ = {"SLURM_GPU_BIND": "map_gpu:0,1"}
+    assert task_slot(environ, 2, 2, 1) is None and task_slot(environ, -1, 2, 1) is None
+    assert task_slot(environ, 1, 2, 1) == (0, "SLURM_GPU_BIND=map_gpu:0,1: local task 1 takes GPU 1 of its 1")
+
+
+def test_a_task_left_without_a_gpu_is_refused_with_the_whole_text() -> None:
+    bind = "gpu:mask_gpu:0x3,0x3,0x3"
+    with pytest.raises(ConfigError) as info:
+        task_slot(task(2, "0,1", bind), 2, 3, 2)
+    assert str(info.value) == (
+        "SLURMD_TRES_BIND=gpu:mask_gpu:0x3,0x3,0x3 binds local task 2 to GPU(s) 0,1, which local tasks 0, 1, 2 of "
+        "this node share: 3 tasks for 2 GPU(s), so a rank would have no GPU of its own, and two NCCL ranks on one GPU "
+        "hang or crash. HINT: give every task its own GPU (--gpus-per-task=1 or --gpu-bind=per_task:1), or a "
+        "map_gpu/mask_gpu list with one GPU for each task of a node.")
+
+
+def test_views_are_passed_whole_even_with_blanks_in_a_name() -> None:
+    class Store:
+        def __init__(self) -> None:
+            self.values: dict[str, bytes] = {}
+
+        def set(self, key: str, value: str) -> None:
+            self.values[key] = value.encode()
+
+        def get(self, key: str) -> bytes:
+            return self.values[key]
+
+    assert agree(Store(), "gpu/node0", 0, 1, ["GPU a", "GPU b"]) == 0

@@ -25,8 +25,10 @@ def test_the_first_spelling_that_is_set_wins() -> None:
     assert first_set(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") == "2"
     assert first_set({"SLURM_NTASKS": "4"}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") == "4"
     assert first_set({}, "SLURM_NNODES", default="1") == "1"
-    with pytest.raises(EnvError, match="none of SLURM_NNODES, SLURM_JOB_NUM_NODES is set"):
+    with pytest.raises(EnvError) as info:
         first_set({}, "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    assert str(info.value) == ("none of SLURM_NNODES, SLURM_JOB_NUM_NODES is set. HINT: srun sets them in every "
+                               "task; start the program with srun, not with a partial copy of a Slurm environment.")
 
 
 def test_half_a_set_names_what_is_missing_and_what_is_there() -> None:
@@ -34,14 +36,28 @@ def test_half_a_set_names_what_is_missing_and_what_is_there() -> None:
         require({"RANK": "1"}, ("RANK", "WORLD_SIZE"), "torchrun", "start it with torchrun")
     assert info.value.hint == "start it with torchrun"
     require({"RANK": "1", "WORLD_SIZE": "2"}, ("RANK", "WORLD_SIZE"), "torchrun", "")
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    with pytest.raises(EnvError) as info:
+        require({"RANK": "1", "LOCAL_RANK": "0"}, names, "torchrun", "")
+    assert str(info.value) == ("torchrun, but WORLD_SIZE, LOCAL_WORLD_SIZE not set (RANK=1, LOCAL_RANK=0): half a "
+                               "torchrun environment.")
+    with pytest.raises(EnvError) as info:
+        require({}, names[:2], "torchrun", "")
+    assert info.value.message == "torchrun, but RANK, WORLD_SIZE not set (none of them): half a torchrun environment."
 
 
 def test_ranks_lie_inside_their_size() -> None:
     check_rank("RANK", 3, "WORLD_SIZE", 4)
-    with pytest.raises(EnvError, match=r"RANK=4 is outside 0..3 \(WORLD_SIZE=4\)"):
+    check_rank("RANK", 0, "WORLD_SIZE", 1)  # the smallest world: one rank, rank 0
+    with pytest.raises(EnvError) as info:
         check_rank("RANK", 4, "WORLD_SIZE", 4)
-    with pytest.raises(EnvError, match="WORLD_SIZE=0 must be at least 1"):
+    assert str(info.value) == ("RANK=4 is outside 0..3 (WORLD_SIZE=4). HINT: the launcher's variables disagree; do "
+                               "not set rank variables by hand in job scripts.")
+    with pytest.raises(EnvError, match=r"^RANK=-1 is outside 0..3 \(WORLD_SIZE=4\)"):
+        check_rank("RANK", -1, "WORLD_SIZE", 4)
+    with pytest.raises(EnvError) as info:
         check_rank("RANK", 0, "WORLD_SIZE", 0)
+    assert str(info.value) == "WORLD_SIZE=0 must be at least 1. HINT: check the launcher's arguments."
 
 
 @pytest.mark.parametrize(("text", "digits"), [

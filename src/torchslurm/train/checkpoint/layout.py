@@ -92,23 +92,21 @@ class Pruner:
 
     def __init__(self) -> None:
         self._threads: list[threading.Thread] = []
-        self._verified: dict[str, int] = {}
+        self._verified: set[str] = set()  # the names of step-N folders
 
     def verified(self, path: Path) -> None:
         """`path` (a step-N folder) verifies and is on disk."""
-        match = _STEP_DIR.fullmatch(Path(path).name)
-        if match:
-            self._verified[Path(path).name] = int(match.group(1))
+        self._verified.add(Path(path).name)
 
     def unverified(self, path: Path) -> None:
         """`path` is being replaced by files not yet known to be on disk."""
-        self._verified.pop(Path(path).name, None)
+        self._verified.discard(Path(path).name)
 
     def prune(self, root: Path, keep_last: int) -> list[Path]:
-        """Delete complete checkpoints older than the newest `keep_last`, except the newest verified
-        one; return what was deleted."""
+        """Delete complete checkpoints older than the newest `keep_last` (at least 1: TrainConfig), except
+        the newest verified one; return what was deleted."""
         found = complete(root)
-        doomed = [path for _, path in found[:-keep_last]] if keep_last > 0 else []
+        doomed = [path for _, path in found[:-keep_last]]
         good = [path for _, path in found if path.name in self._verified]
         doomed = [path for path in doomed if not good or path != good[-1]]
         trash = []
@@ -158,7 +156,7 @@ def publish(staging: Path, final: Path, keep_last: int, pruner: Pruner, durable:
 def remove_leftovers(root: Path, keep: str | None = None) -> None:
     """Staging folders of writers that died mid-save (kill -9, node loss): never complete, never
     read. Those whose names end in `keep` belong to saves in progress and stay."""
-    found = [*root.glob(".staging-*"), *root.glob(".trash-*")] if root.is_dir() else []
+    found = [*root.glob(".staging-*"), *root.glob(".trash-*")]  # none where root is no folder
     for leftover in [path for path in found if keep is None or not path.name.endswith(keep)]:
         logger.debug("removing %s, left by an interrupted save", leftover)
         shutil.rmtree(leftover, ignore_errors=True)

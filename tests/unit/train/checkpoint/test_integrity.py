@@ -64,3 +64,72 @@ def test_a_file_the_marker_lists_must_exist(tmp_path: Path) -> None:
     (tmp_path / MARKER).write_text(json.dumps({"step": 1, "files": {"state.pt": "crc32:00000000"}}))
     with pytest.raises(CheckpointError, match=r"state\.pt is missing, though its COMPLETE marker lists it"):
         integrity.verify(tmp_path)
+
+
+def test_crc32_is_zlibs_from_its_standard_start() -> None:
+    digest = integrity.new()
+    digest.update(b"12345")
+    digest.update(b"6789")
+    assert digest.hexdigest() == "crc32:cbf43926"  # CRC-32's check value for "123456789"
+    assert integrity.new().hexdigest() == "crc32:00000000"
+
+
+@pytest.mark.parametrize(("files", "why"), [
+    (["state.pt"], "files is not a mapping of names to checksums"),
+    ({"state.pt": 1}, "files is not a mapping of names to checksums"),
+    (None, "files is not a mapping of names to checksums"),
+])
+def test_a_marker_whose_files_are_no_mapping_of_checksums_is_refused_with_the_reason(
+        tmp_path: Path, files: object, why: str) -> None:
+    (tmp_path / MARKER).write_text(json.dumps({"step": 1, "files": files}))
+    with pytest.raises(CheckpointError) as info:
+        integrity.verify(tmp_path)
+    assert str(info.value) == (f"checkpoint {tmp_path}: unreadable COMPLETE marker ({why}). HINT: delete this "
+                               "directory; resume=auto then uses the previous one.")
+
+
+def test_refusals_of_a_marker_name_the_folder_and_say_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / MARKER).write_text(json.dumps({"step": 1, "files": {"a/../../x": "crc32:00000000"}}))
+    with pytest.raises(CheckpointError) as info:
+        integrity.verify(tmp_path)
+    assert str(info.value) == (f"checkpoint {tmp_path}: its COMPLETE marker names files outside the folder. HINT: "
+                               "it was not written by torchslurm; delete this directory.")
+    (tmp_path / MARKER).write_text(json.dumps({"step": 1, "files": {"state.pt": "crc32:00000000"}}))
+    with pytest.raises(CheckpointError) as info:
+        integrity.verify(tmp_path)
+    assert str(info.value) == (f"checkpoint {tmp_path}: state.pt is missing, though its COMPLETE marker lists it. "
+                               "HINT: delete this directory; resume=auto then uses the previous complete checkpoint.")
+
+
+def test_a_checksum_mismatch_names_both_checksums(tmp_path: Path) -> None:
+    (tmp_path / "state.pt").write_bytes(b"123456789")
+    sha = hashlib.sha256(b"other").hexdigest()
+    for recorded, actual in (("crc32:00000000", "crc32:cbf43926"), (sha, hashlib.sha256(b"123456789").hexdigest())):
+        (tmp_path / MARKER).write_text(json.dumps({"step": 1, "files": {"state.pt": recorded}}))
+        with pytest.raises(CheckpointError) as info:
+            integrity.verify(tmp_path)
+        assert str(info.value) == (
+            f"checkpoint {tmp_path / 'state.pt'} has checksum {actual[:14]}…, but its marker says {recorded[:14]}…: "
+            "the file is corrupt or truncated. HINT: delete this directory; resume=auto then uses the previous "
+            "complete checkpoint.")
+    (tmp_path / MARKER).write_text(json.dumps({"step": 1, "sha256": hashlib.sha256(b"123456789").hexdigest()}))
+    integrity.verify(tmp_path)  # a format-1 marker: the one sha256 of state.pt
+
+
+def test_a_file_is_checksummed_a_mebibyte_at_a_time(tmp_path: Path) -> None:
+    """A shard of many GB is never held in memory whole to be checksummed."""
+
+    class Recording:
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        def update(self, data: bytes, /) -> None:
+            self.sizes.append(len(data))
+
+        def hexdigest(self) -> str:
+            return "recorded"
+
+    (tmp_path / "shard").write_bytes(b"x" * (5 << 19))
+    digest = Recording()
+    assert integrity.of_file(tmp_path / "shard", digest) == "recorded"
+    assert digest.sizes == [1 << 20, 1 << 20, 1 << 19]
