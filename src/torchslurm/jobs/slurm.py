@@ -61,19 +61,21 @@ def run_command(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = N
 def run_command_status(argv: Sequence[str], timeout_s: float = 60, cwd: Path | None = None,
                        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`run_command` for callers that must not raise (a rank that is stopping): a command that cannot
-    be started returns NOT_FOUND, one that hangs TIMED_OUT, with the reason in stderr."""
+    be started returns NOT_FOUND, one that hangs TIMED_OUT, with the reason in stderr. In a session of its
+    own: torchrun's agent signals its workers' process group, and a `scontrol requeue` must go through."""
     try:
-        return _run(argv, timeout_s, cwd, env)
+        return _run(argv, timeout_s, cwd, env, new_session=True)
     except OSError as exc:
         return subprocess.CompletedProcess(list(argv), NOT_FOUND, "", f"{argv[0]}: {exc.strerror}")
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(list(argv), TIMED_OUT, "", f"{argv[0]}: no answer within {timeout_s:g} s")
 
 
-def _run(argv: Sequence[str], timeout_s: float, cwd: Path | None,
-         env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+def _run(argv: Sequence[str], timeout_s: float, cwd: Path | None, env: Mapping[str, str] | None,
+         new_session: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
-                          env=None if env is None else dict(env), stdin=subprocess.DEVNULL, check=False)
+                          env=None if env is None else dict(env), stdin=subprocess.DEVNULL, check=False,
+                          start_new_session=new_session)
 
 
 # What Slurm's clients print when no controller answers (wrong or missing SLURM_CONF, slurmctld down).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -289,3 +290,19 @@ def test_excluded_nodes_are_read_and_written_through_the_seam() -> None:
     running = FakeRun({"scontrol": (1, "", "Job is no longer pending execution for job 31")})  # seen on the sandbox
     with pytest.raises(SlurmError, match=r"no longer pending execution.*HINT: Slurm changes ExcNodeList only while"):
         SlurmClient(run=running).exclude_nodes("31", "node2")
+
+
+def test_a_stopping_ranks_command_survives_a_sigterm_to_the_ranks_process_group() -> None:
+    """torchrun's agent ends its workers with killpg(SIGTERM); a rank's `scontrol requeue` under way
+    was killed with them, its -SIGTERM taken for Slurm's own, and the job ended FAILED, not requeued."""
+    rank = "\n".join([
+        "import os, signal, threading",
+        "from torchslurm.jobs.slurm import run_command_status",
+        "signal.signal(signal.SIGTERM, lambda *_: None)  # a rank handles SIGTERM (preemption)",
+        "threading.Timer(0.3, os.killpg, (os.getpgid(0), signal.SIGTERM)).start()  # the agent",
+        "result = run_command_status(['sh', '-c', 'sleep 1; echo reached Slurm'], timeout_s=20)",
+        "print(result.returncode, result.stdout.strip())",
+    ])
+    done = subprocess.run([sys.executable, "-c", rank], capture_output=True, text=True, timeout=60,
+                          start_new_session=True)  # its own group: the SIGTERM stays away from pytest
+    assert done.stdout.strip() == "0 reached Slurm", done.stdout + done.stderr
