@@ -25,7 +25,8 @@ def gpus_per_node(d: Mapping[str, str]) -> int | None:
     for item in d.get("gres", "").split(","):
         name, *rest = item.split(":")
         if name == "gpu":  # gpu[:type][:count], the count 1 when not given (sbatch(1), --gres)
-            return leading_int(rest[-1]) if rest and rest[-1][:1].isdigit() else 1
+            count = leading_int(rest[-1]) if rest else None
+            return 1 if count is None else count
     per_task, tasks = leading_int(d.get("gpus-per-task")), tasks_per_node(d)
     if per_task is not None and tasks is not None:
         return per_task * tasks
@@ -77,7 +78,7 @@ def step_nodes(ln: Launch, job_nodes: int) -> int:
     """Nodes the launch runs on: srun's own -N/-n where literal, else the job's; 1 without srun."""
     if not ln.under_srun:
         return 1
-    nodes = leading_int(ln.srun_opts.get("nodes", "").split("-")[0]) or job_nodes
+    nodes = leading_int(ln.srun_opts.get("nodes")) or job_nodes  # the minimum of MIN-MAX
     ntasks = leading_int(ln.srun_opts.get("ntasks"))
     return min(nodes, ntasks) if ntasks else nodes
 

@@ -69,14 +69,14 @@ def _default_port(ln: Launch, job_nodes: int, endpoint: str) -> bool:
     by --rdzv-endpoint/--master-addr; a multi-node one with neither is the rendezvous rules' error)."""
     if ln.launcher not in TORCHRUN_LIKE or "master-port" in ln.launcher_opts:
         return False
-    return not _port(endpoint) and (
+    return not _has_port(endpoint) and (
         bool(endpoint) or "master-addr" in ln.launcher_opts or step_nodes(ln, job_nodes) == 1)
 
 
-def _port(endpoint: str) -> str:
-    """The port of `host:port` or `[IPv6 address]:port`; "" when none is given (`host`, `[::1]`, `host:`)."""
-    _, colon, port = endpoint.rpartition("]")[2].rpartition(":")
-    return port if colon else ""
+def _has_port(endpoint: str) -> bool:
+    """`host:port` or `[IPv6 address]:port`, not `host`, `[::1]` or `host:`."""
+    after_host = endpoint.rpartition("]")[2]
+    return ":" in after_host and not after_host.endswith(":")
 
 
 def _launchers(x: Facts) -> Iterator[Launch]:

@@ -23,7 +23,7 @@ from torchslurm.runtime.slurmlayout import (
     srun_locality,
     tasks_per_node,
 )
-from torchslurm.runtime.variables import check_rank, first_set, is_digits, require, whole_number
+from torchslurm.runtime.variables import check_rank, first_number, first_set, is_digits, require, whole_number
 
 LAUNCHERS = ("torchrun", "mpi", "srun", "batch", "local")
 LAUNCHER_VARIABLE = "TORCHSLURM_LAUNCHER"
@@ -117,7 +117,7 @@ def detect(environ: Mapping[str, str], free_port: Callable[[], int] = find_free_
         from_torchrun(environ)
         or from_open_mpi(environ, free_port)
         or from_srun(environ)
-        or from_allocation_shell(environ, free_port)
+        or from_allocation_shell(environ)
         or local(environ, free_port)
     )
 
@@ -228,8 +228,7 @@ def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
     if "SLURM_STEP_ID" not in environ or "SLURM_PROCID" not in environ:
         return None
     rank = whole_number("SLURM_PROCID", environ["SLURM_PROCID"])
-    world = whole_number("SLURM_STEP_NUM_TASKS",
-                         first_set(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1"))
+    world = first_number(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1")
     local_rank = whole_number("SLURM_LOCALID", environ.get("SLURM_LOCALID", "0"))
     node_rank = whole_number("SLURM_NODEID", environ.get("SLURM_NODEID", "0"))
     check_rank("SLURM_PROCID", rank, "SLURM_STEP_NUM_TASKS", world)
@@ -238,10 +237,9 @@ def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
     num_nodes = len(per_node)
     check_rank("SLURM_NODEID", node_rank, "the number of step nodes", num_nodes)
     if sum(per_node) != world:
-        raise EnvError(
-            f"SLURM_STEP_TASKS_PER_NODE={first_set(environ, 'SLURM_STEP_TASKS_PER_NODE', 'SLURM_TASKS_PER_NODE')!r} "
-            f"adds up to {sum(per_node)} tasks but SLURM_STEP_NUM_TASKS={world}.", SLURM_SETS_THEM
-        )
+        name = "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
+        raise EnvError(f"{name}={environ[name]!r} adds up to {sum(per_node)} tasks but SLURM_STEP_NUM_TASKS={world}.",
+                       SLURM_SETS_THEM)
     local_world = per_node[node_rank]
     check_rank("SLURM_LOCALID", local_rank, "this node's task count", local_world)
     master = environ.get("MASTER_ADDR") or first_node(nodes, num_nodes)
@@ -266,12 +264,12 @@ def _store_placement(environ: Mapping[str, str], nodes: list[str], master: str) 
                         "wherever rank 0 runs")
 
 
-def from_allocation_shell(environ: Mapping[str, str], free_port: Callable[[], int]) -> DistEnv | None:
+def from_allocation_shell(environ: Mapping[str, str]) -> DistEnv | None:
     """The sbatch batch shell or an salloc shell: a single process, whatever was allocated."""
     if "SLURM_JOB_ID" not in environ:
         return None
     tasks = whole_number("SLURM_NTASKS", environ.get("SLURM_NTASKS", "1"))
-    nodes = whole_number("SLURM_NNODES", first_set(environ, "SLURM_NNODES", "SLURM_JOB_NUM_NODES", default="1"))
+    nodes = first_number(environ, "SLURM_NNODES", "SLURM_JOB_NUM_NODES", default="1")
     warnings: tuple[EnvError, ...] = ()
     if tasks > 1 or nodes > 1:
         warnings = (EnvError(
@@ -282,7 +280,8 @@ def from_allocation_shell(environ: Mapping[str, str], free_port: Callable[[], in
         )
     return DistEnv(
         rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, num_nodes=1,
-        master_addr=environ.get("MASTER_ADDR", "127.0.0.1"), master_port=master_port(environ, free_port),
+        master_addr=environ.get("MASTER_ADDR", "127.0.0.1"),
+        master_port=port_number(environ["MASTER_PORT"]) if "MASTER_PORT" in environ else slurm_port(environ),
         launcher="batch", job_id=slurm_job_id(environ),
         reason=f"inside Slurm job {slurm_job_id(environ)} but not in an srun step (sbatch or salloc shell): "
                "a single process.",
@@ -310,7 +309,8 @@ def _check_exported_rank(environ: Mapping[str, str]) -> None:
     procid = environ.get("SLURM_PROCID", "")
     # With one rank per srun task RANK must be SLURM_PROCID; a launcher below srun that starts
     # several ranks per task (deepspeed) numbers them its own way, and its world is larger.
-    one_rank_per_task = environ.get("WORLD_SIZE", "").strip() == environ.get("SLURM_STEP_NUM_TASKS", "-")
+    world = environ.get("WORLD_SIZE")
+    one_rank_per_task = world is not None and world.strip() == environ.get("SLURM_STEP_NUM_TASKS")
     if ("SLURM_STEP_ID" in environ and is_digits(procid) and procid != environ["RANK"].strip()
             and (missing or one_rank_per_task)):
         seen = f"this srun task has SLURM_PROCID={procid}, so every task inherited the same RANK"

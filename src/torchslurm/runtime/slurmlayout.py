@@ -104,11 +104,12 @@ def check_one_group_per_node(environ: Mapping[str, str], world: int, num_nodes: 
 
 def idle_job_nodes(environ: Mapping[str, str], num_nodes: int) -> tuple[EnvError, ...]:
     """torchrun started in the batch shell of a multi-node job (not under srun) uses one node."""
-    job_nodes = environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", ""))
+    name = "SLURM_JOB_NUM_NODES" if "SLURM_JOB_NUM_NODES" in environ else "SLURM_NNODES"
+    job_nodes = environ.get(name, "")
     if "SLURM_STEP_ID" in environ or not is_digits(job_nodes) or int(job_nodes) <= num_nodes:
         return ()
     return (EnvError(
-        f"this Slurm job has {job_nodes} nodes (SLURM_JOB_NUM_NODES={job_nodes}) but torchrun, started without "
+        f"this Slurm job has {job_nodes} nodes ({name}={job_nodes}) but torchrun, started without "
         f"srun, spans {num_nodes}: the other nodes stay idle.",
         f"srun --ntasks-per-node=1 torchrun --nnodes={job_nodes} --rdzv-backend=c10d --rdzv-endpoint=<first "
         f"node>:{RDZV_PORT_EXPR} train.py, or `torchslurm run train.py`."),)

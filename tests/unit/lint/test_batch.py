@@ -72,6 +72,8 @@ _RANK_HINT = "remove it: each task sets RANK from its own SLURM_* variables (tor
      "a launch line passes it on: every rank gets the same value."),
     ("srun -K --export=ALL,RANK=$RANK python t.py", "error",
      "a launch line passes it on: every rank gets the same value."),
+    ("srun --export=ALL,RANK=$RANK python t.py", "error",
+     "a launch line passes it on: every rank gets the same value."),
     ("srun -K python t.py", "warning", "every task inherits it: a program that reads RANK (torch's env:// rendezvous "
      "does) gets the same rank everywhere."),
 ])
@@ -97,6 +99,8 @@ def test_every_srun_line_with_a_rank_word_is_said_once_and_lines_without_srun_ar
 def test_a_launchers_node_rank_in_any_spelling_is_left_to_the_rendezvous_rules(option: str) -> None:
     text = H + f"srun -K torchrun --nnodes=2 {option} --master-addr=h --master-port=1 t.py\n"
     assert "batch-shell-rank" not in {f.code for f in lint(text)}
+    text = H + "srun -K python t.py Xnode-rank=$SLURM_NODEID\n"  # no option of a launcher: the program's word
+    assert "batch-shell-rank" in {f.code for f in lint(text)}
 
 
 def test_a_rank_case_is_said_once_on_its_first_assignment_and_ends_at_esac() -> None:

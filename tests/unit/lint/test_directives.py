@@ -158,7 +158,7 @@ def test_edge_values_sbatch_takes(directive: str) -> None:
 
 @pytest.mark.parametrize(("a", "b", "edits"), [
     ("abc", "ab", 1), ("ab", "abc", 1), ("ab", "ba", 1), ("ba", "ab", 1), ("abcd", "acbd", 1), ("ab", "b", 1),
-    ("ba", "a", 1), ("abc", "bca", 2), ("xab", "xba", 1), ("abx", "bax", 1),
+    ("ba", "a", 1), ("abc", "bca", 2), ("xab", "xba", 1), ("abx", "bax", 1), ("aaa", "a", 2), ("aaaa", "a", 3),
 ])
 def test_edit_distance_deletes_inserts_and_swaps_anywhere(a: str, b: str, edits: int) -> None:
     assert edit_distance(a, b) == edits

@@ -114,6 +114,7 @@ def test_two_steps_at_once_on_one_fixed_port_say_so() -> None:
     ("", "no --master-port: its default, 29500"),  # one node: torchrun holds the rendezvous on its port
     (" --rdzv-backend=c10d --rdzv-endpoint=[::1]", "--rdzv-endpoint=[::1] without a port: its default, 29400"),
     (" --rdzv-backend=c10d --rdzv-endpoint=h:", "--rdzv-endpoint=h: without a port: its default, 29400"),
+    (" --rdzv-backend=c10d --rdzv-endpoint=h", "--rdzv-endpoint=h without a port: its default, 29400"),
     (" --rdzv-backend=c10d --rdzv-endpoint=[::1]:$port", None),
     (" --rdzv-backend=c10d --rdzv-endpoint=$head:$port", None),
 ])

@@ -132,8 +132,10 @@ def test_master_addr_from_hostname_inside_each_task_names_every_node_master(addr
 
 
 def test_a_standalone_torchrun_on_two_nodes_is_said_once_as_standalone() -> None:
-    text = "#!/bin/bash\n#SBATCH --nodes=2\nsrun -K torchrun --standalone --nnodes=2 --nproc-per-node=4 t.py\n"
-    assert [f.code for f in lint(text) if f.code.startswith("torchrun")] == ["torchrun-standalone"]
+    for extra in ("", " --master-addr=h", " --node-rank=0"):
+        text = ("#!/bin/bash\n#SBATCH --nodes=2\n"
+                f"srun -K torchrun --standalone --nnodes=2{extra} --nproc-per-node=4 t.py\n")
+        assert [f.code for f in lint(text) if f.code.startswith("torchrun")] == ["torchrun-standalone"], extra
 
 
 def test_a_single_node_torchrun_with_nnodes_from_a_variable_needs_no_rendezvous() -> None:

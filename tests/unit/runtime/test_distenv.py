@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -320,3 +321,207 @@ def test_a_master_address_that_is_not_a_step_node_leaves_the_store_with_rank_0()
     assert "rank 0 hosts the store on 198.18.0.12 (MASTER_ADDR)" in by_address[1].reason
     torchrun = detect({**TORCHRUN_IN_SRUN, "RANK": "0", "LOCAL_RANK": "0", "SLURM_PROCID": "0"}, free_port=no_port)
     assert torchrun.hosts_store and torchrun.store_host is None  # torchrun's own master is its rank 0
+
+
+# -- every field of every launcher's placement, every variable named in its error -----------------------
+
+def _fields(environ: dict[str, str]) -> dict[str, object]:
+    env = detect(environ, free_port=lambda: 12345)
+    return {**dataclasses.asdict(env), "warnings": [str(w) for w in env.warnings]}
+
+
+_PLAIN = {"warnings": [], "agent_store": False, "store_host": None, "local_world_known": True, "restart_count": 0,
+          "max_restarts": 0}
+MPI = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+       "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+TORCHRUN_BARE = {"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h",
+                 "MASTER_PORT": "29500"}
+ONE_TASK_STEP = {"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "1", "SLURM_PROCID": "0", "SLURM_TASKS_PER_NODE": "1",
+                 "SLURM_JOB_NODELIST": "n1"}
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    (SRUN_TASK, {**_PLAIN, "rank": 3, "local_rank": 1, "world_size": 4, "local_world_size": 2, "node_rank": 1,
+                 "num_nodes": 2, "master_addr": "node1", "master_port": derived_port("4242", "0"), "launcher": "srun",
+                 "job_id": "4242", "store_host": False, "reason": "srun task 3 of 4 in step 4242.0 on 2 node(s); the "
+                 "store runs on node1 (the step's first node) in its first task (SLURM_LOCALID=0), wherever rank 0 "
+                 "runs."}),
+    (ONE_TASK_STEP, {**_PLAIN, "rank": 0, "local_rank": 0, "world_size": 1, "local_world_size": 1, "node_rank": 0,
+                     "num_nodes": 1, "master_addr": "n1", "master_port": derived_port("9", "1"), "launcher": "srun",
+                     "job_id": "9", "reason": "srun task 0 of 1 in step 9.1 on 1 node(s); rank 0 hosts the store on "
+                     "n1 (the step's first node)."}),
+    (TORCHRUN_IN_SRUN, {**_PLAIN, "rank": 3, "local_rank": 1, "world_size": 4, "local_world_size": 2, "node_rank": 1,
+                        "num_nodes": 2, "master_addr": "node1", "master_port": 41000, "launcher": "torchrun",
+                        "job_id": "4242", "reason": "torchrun: RANK=3 of WORLD_SIZE=4, master node1:41000."}),
+    (TORCHRUN_BARE, {**_PLAIN, "rank": 1, "local_rank": 1, "world_size": 2, "local_world_size": 2, "node_rank": 0,
+                     "num_nodes": 1, "master_addr": "h", "master_port": 29500, "launcher": "torchrun", "job_id": None,
+                     "reason": "torchrun: RANK=1 of WORLD_SIZE=2, master h:29500."}),
+    (bash_c_task(9, 1, 1), {**_PLAIN, "rank": 9, "local_rank": 1, "world_size": 16, "local_world_size": 8,
+                            "node_rank": 1, "num_nodes": 2, "master_addr": "node1", "master_port": 29500,
+                            "launcher": "torchrun", "job_id": "4242", "store_host": False,
+                            "reason": "RANK set in the environment: RANK=9 of WORLD_SIZE=16, master node1:29500; the "
+                            "store runs on node1 (MASTER_ADDR) in its first task (SLURM_LOCALID=0), wherever rank 0 "
+                            "runs."}),
+    (MPI, {**_PLAIN, "rank": 5, "local_rank": 1, "world_size": 8, "local_world_size": 4, "node_rank": 1,
+           "num_nodes": 2, "master_addr": "10.0.0.1", "master_port": 29500, "launcher": "mpi", "job_id": None,
+           "reason": "mpirun (Open MPI) rank 5 of 8, master 10.0.0.1."}),
+    ({**MPI, "OMPI_COMM_WORLD_SIZE": "7", "OMPI_COMM_WORLD_NODE_RANK": "0", "SLURM_JOB_ID": "5"},
+     {**_PLAIN, "rank": 5, "local_rank": 1, "world_size": 7, "local_world_size": 4, "node_rank": 0, "num_nodes": 2,
+      "master_addr": "10.0.0.1", "master_port": 29500, "launcher": "mpi", "job_id": "5",
+      "reason": "mpirun (Open MPI) rank 5 of 7, master 10.0.0.1."}),
+    ({"OMPI_COMM_WORLD_RANK": "0", "MASTER_ADDR": "10.0.0.1"},
+     {**_PLAIN, "rank": 0, "local_rank": 0, "world_size": 1, "local_world_size": 1, "node_rank": 0, "num_nodes": 1,
+      "master_addr": "10.0.0.1", "master_port": 12345, "launcher": "mpi", "job_id": None,
+      "reason": "mpirun (Open MPI) rank 0 of 1, master 10.0.0.1."}),
+    (BATCH_SHELL, {**_PLAIN, "rank": 0, "local_rank": 0, "world_size": 1, "local_world_size": 1, "node_rank": 0,
+                   "num_nodes": 1, "master_addr": "127.0.0.1", "master_port": derived_port("4243", "batch"),
+                   "launcher": "batch", "job_id": "4243", "reason": "inside Slurm job 4243 but not in an srun step "
+                   "(sbatch or salloc shell): a single process.", "warnings": [
+                       "this Slurm allocation has 4 task(s) on 2 node(s) (SLURM_NTASKS=4, SLURM_NNODES=2) but this "
+                       "process was not started by srun, so it runs alone and uses one node's resources. HINT: srun "
+                       "python train.py, or `torchslurm run train.py`, which starts one rank per allocated task on "
+                       "every node."]}),
+    ({"SLURM_JOB_ID": "12", "MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "29501"},
+     {**_PLAIN, "rank": 0, "local_rank": 0, "world_size": 1, "local_world_size": 1, "node_rank": 0, "num_nodes": 1,
+      "master_addr": "10.0.0.2", "master_port": 29501, "launcher": "batch", "job_id": "12",
+      "reason": "inside Slurm job 12 but not in an srun step (sbatch or salloc shell): a single process."}),
+    ({"MASTER_ADDR": "10.0.0.3"}, {**_PLAIN, "rank": 0, "local_rank": 0, "world_size": 1, "local_world_size": 1,
+                                   "node_rank": 0, "num_nodes": 1, "master_addr": "10.0.0.3", "master_port": 12345,
+                                   "launcher": "local", "job_id": None, "reason": "no launcher variables (torchrun, "
+                                   "srun, mpirun) found: a single local process."}),
+], ids=["srun", "one-task-step", "torchrun-in-srun", "torchrun", "bash-c", "mpi", "mpi-node-rank", "mpi-alone",
+        "batch", "batch-one-task", "local"])
+def test_every_field_of_the_placement(environ: dict[str, str], expected: dict[str, object]) -> None:
+    assert _fields(environ) == expected
+
+
+@pytest.mark.parametrize(("environ", "name"), [
+    *((TORCHRUN_IN_SRUN, name) for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE",
+                                            "GROUP_RANK", "TORCHELASTIC_MAX_RESTARTS")),
+    *((MPI, "OMPI_COMM_WORLD_" + name) for name in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "NODE_RANK")),
+    *((SRUN_TASK, name) for name in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID")),
+    ({**SRUN_TASK, "SLURM_STEP_NUM_TASKS": None}, "SLURM_NTASKS"),
+    *((BATCH_SHELL, name) for name in ("SLURM_NTASKS", "SLURM_NNODES")),
+    ({**BATCH_SHELL, "SLURM_NNODES": None}, "SLURM_JOB_NUM_NODES"),
+])
+def test_a_variable_that_is_not_a_number_is_named(environ: dict[str, str | None], name: str) -> None:
+    broken = {k: v for k, v in {**environ, name: "x"}.items() if v is not None}
+    with pytest.raises(EnvError) as info:
+        detect(broken, free_port=lambda: 12345)
+    assert info.value.message.startswith(f"{name}='x' is not an integer.")
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({**TORCHRUN_IN_SRUN, "LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE=0 must be at least 1."),
+    ({**TORCHRUN_IN_SRUN, "LOCAL_RANK": "2"}, "LOCAL_RANK=2 is outside 0..1 (LOCAL_WORLD_SIZE=2)."),
+    ({**MPI, "OMPI_COMM_WORLD_RANK": "8"}, "OMPI_COMM_WORLD_RANK=8 is outside 0..7 (OMPI_COMM_WORLD_SIZE=8)."),
+    ({**MPI, "OMPI_COMM_WORLD_LOCAL_RANK": "4"},
+     "OMPI_COMM_WORLD_LOCAL_RANK=4 is outside 0..3 (OMPI_COMM_WORLD_LOCAL_SIZE=4)."),
+    ({**SRUN_TASK, "SLURM_PROCID": "4"}, "SLURM_PROCID=4 is outside 0..3 (SLURM_STEP_NUM_TASKS=4)."),
+    ({**SRUN_TASK, "SLURM_NODEID": "2"}, "SLURM_NODEID=2 is outside 0..1 (the number of step nodes=2)."),
+    ({**SRUN_TASK, "SLURM_LOCALID": "2"}, "SLURM_LOCALID=2 is outside 0..1 (this node's task count=2)."),
+    ({**SRUN_TASK, "SLURM_STEP_TASKS_PER_NODE": "3(x2)"},
+     "SLURM_STEP_TASKS_PER_NODE='3(x2)' adds up to 6 tasks but SLURM_STEP_NUM_TASKS=4."),
+    ({**SRUN_TASK, "SLURM_STEP_TASKS_PER_NODE": None, "SLURM_TASKS_PER_NODE": "3(x2)"},
+     "SLURM_TASKS_PER_NODE='3(x2)' adds up to 6 tasks but SLURM_STEP_NUM_TASKS=4."),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
+     "mpirun started this process (OMPI_COMM_WORLD_RANK=1) but MASTER_ADDR is not set, and outside Slurm there is no "
+     "node list to find rank 0's host."),
+])
+def test_a_placement_outside_its_sizes_says_which_variables_disagree(environ: dict[str, str | None],
+                                                                     message: str) -> None:
+    with pytest.raises(EnvError) as info:
+        detect({k: v for k, v in environ.items() if v is not None}, free_port=lambda: 12345)
+    assert info.value.message == message
+
+
+def test_the_hints_of_a_half_torchrun_environment_and_of_mpirun_without_a_master() -> None:
+    with pytest.raises(EnvError) as info:
+        detect({"RANK": "1", "WORLD_SIZE": "2"}, free_port=no_port)
+    assert str(info.value) == (
+        "RANK set in the environment, but LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set (RANK=1, WORLD_SIZE=2): half "
+        "a torchrun environment. HINT: start the script with torchrun or `torchslurm run`, or unset RANK so that "
+        "torchslurm derives the placement from Slurm.")
+    with pytest.raises(EnvError, match=r"^torchrun, but WORLD_SIZE"):
+        detect({"TORCHELASTIC_RUN_ID": "x", "RANK": "0"}, free_port=no_port)
+    with pytest.raises(EnvError) as info:
+        detect({"OMPI_COMM_WORLD_RANK": "0"}, free_port=no_port)
+    assert info.value.hint == "mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=<free port> python train.py"
+
+
+def test_torchrun_alone_needs_only_rank_or_its_run_id() -> None:
+    assert detect({**TORCHRUN_BARE, "RANK": "0", "LOCAL_RANK": "0"}, free_port=no_port).rank == 0
+    only_run_id = {k: v for k, v in TORCHRUN_BARE.items() if k != "RANK"}
+    with pytest.raises(EnvError, match=r"^torchrun, but RANK not set"):
+        detect(only_run_id, free_port=no_port)
+
+
+@pytest.mark.parametrize(("launcher", "reported"), [("srun", "srun"), ("mpi", "mpi"), ("slurm", "torchrun")])
+def test_torchslurm_run_says_which_launcher_started_its_ranks(launcher: str, reported: str) -> None:
+    assert detect({**TORCHRUN_BARE, "TORCHSLURM_LAUNCHER": launcher}, free_port=no_port).launcher == reported
+
+
+def test_a_rank_per_srun_task_is_recognised_by_step_procid_and_world() -> None:
+    """`torchslurm run` as an srun task hands its rank torchrun-style variables: the store still runs in the first
+    task of the master's node. A rank whose world or rank does not match the step's tasks is not such a task."""
+    base = bash_c_task(9, 1, 1)
+    assert detect(base, free_port=no_port).store_host is False
+    for changes in ({"SLURM_STEP_ID": None}, {"SLURM_PROCID": "8", "RANK": "9"},
+                    {"SLURM_STEP_NUM_TASKS": None, "SLURM_NTASKS": "16"}, {"SLURM_STEP_NUM_TASKS": "32"}):
+        environ = {k: v for k, v in {**base, **changes}.items() if v is not None}
+        try:
+            env = detect(environ, free_port=no_port)
+        except EnvError:
+            continue  # an inconsistent step is refused outright: fine too
+        assert (env.store_host is None) is ("SLURM_NTASKS" not in changes), changes
+
+
+_EXPORTED_HINT = ("remove the `export RANK=…` line (and any WORLD_SIZE/LOCAL_RANK/MASTER_* exports) from the job "
+                  "script, or `unset RANK` before srun/`torchslurm run`; torchslurm derives every rank from Slurm "
+                  "(SLURM_PROCID).")
+
+
+@pytest.mark.parametrize(("environ", "where", "seen"), [
+    ({**SRUN_TASK, "RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "node1", "MASTER_PORT": "1"},
+     "this srun task", "this srun task has SLURM_PROCID=3, so every task inherited the same RANK"),
+    ({**BATCH_SHELL, "RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "node1"},
+     "this Slurm batch shell", "MASTER_PORT is not set"),
+    ({**{k: v for k, v in SRUN_TASK.items() if k != "SLURM_PROCID"}, "RANK": "0"}, "this srun task",
+     "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are not set"),
+])
+def test_an_exported_rank_says_where_and_why_in_full(environ: dict[str, str], where: str, seen: str) -> None:
+    with pytest.raises(EnvError) as info:
+        detect(environ, free_port=no_port)
+    assert str(info.value) == (f"RANK=0 is set in {where} but Slurm never sets RANK, and {seen}: the job script "
+                               "exports RANK (srun hands the batch shell's variables to every task, so all ranks get "
+                               f"the same value). HINT: {_EXPORTED_HINT}")
+
+
+def test_a_guessed_locality_says_so_for_any_world_of_two_or_more() -> None:
+    env = detect({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+                 free_port=no_port)
+    assert [str(w) for w in env.warnings] == [
+        "RANK and WORLD_SIZE=2 are set but LOCAL_WORLD_SIZE is not, and no srun step says how many ranks run on this "
+        "node: each rank takes the GPU of its LOCAL_RANK, and only the ranks on one node up to this one are known to "
+        "share its GPUs. HINT: export LOCAL_WORLD_SIZE (ranks per node) with RANK and LOCAL_RANK, or start the ranks "
+        "with torchrun, srun or `torchslurm run`."]
+    assert detect({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+                  free_port=no_port).warnings == ()
+
+
+@pytest.mark.parametrize(("changes", "warned"), [
+    ({"SLURM_NTASKS": "2", "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "1"}, True),
+    ({"SLURM_NTASKS": "1", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2"}, True),
+    ({"SLURM_NTASKS": None, "SLURM_NNODES": None, "SLURM_JOB_NUM_NODES": None}, False),  # one task, one node
+    ({"SLURM_NTASKS": "1", "SLURM_NNODES": None, "SLURM_JOB_NUM_NODES": "2"}, True),
+])
+def test_a_batch_shell_warns_when_the_allocation_is_more_than_it(changes: dict[str, str | None],
+                                                                  warned: bool) -> None:
+    environ = {k: v for k, v in {**BATCH_SHELL, **changes}.items() if v is not None}
+    assert bool(detect(environ, free_port=no_port).warnings) is warned
+
+
+def test_the_torchrun_environ_of_a_placement_names_every_variable() -> None:
+    assert detect(SRUN_TASK, free_port=no_port).torchrun_environ() == {
+        "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+        "MASTER_ADDR": "node1", "MASTER_PORT": str(derived_port("4242", "0"))}

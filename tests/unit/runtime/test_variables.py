@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from torchslurm.errors import EnvError
-from torchslurm.runtime.variables import check_rank, first_set, is_digits, require, whole_number
+from torchslurm.runtime.variables import check_rank, first_number, first_set, is_digits, require, whole_number
 
 
 @pytest.mark.parametrize(("value", "number"), [("7", 7), (" 12 ", 12), ("-1", -1), ("+3", 3)])
@@ -67,3 +67,12 @@ def test_ranks_lie_inside_their_size() -> None:
 def test_is_digits_takes_ascii_digits_only(text: str, digits: bool) -> None:
     """str.isdigit() says yes to `²` (int() refuses it) and `٣` (int() reads 3, Slurm does not)."""
     assert is_digits(text) is digits
+
+
+def test_the_first_number_set_is_read_and_named_in_its_error() -> None:
+    environ = {"SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "2"}
+    assert first_number(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1") == 2
+    assert first_number({"SLURM_NTASKS": "4"}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1") == 4
+    assert first_number({}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1") == 1
+    with pytest.raises(EnvError, match=r"^SLURM_NTASKS='x' is not an integer\."):
+        first_number({"SLURM_NTASKS": "x"}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1")
