@@ -144,7 +144,7 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
     if not by_torchrun and _one_rank_per_task(environ, rank, world):
         store_host, where = _store_placement(environ, slurm_nodes(environ), environ["MASTER_ADDR"])
         where = f"; {where}"
-    launcher = environ.get(LAUNCHER_VARIABLE, "torchrun")
+    launcher = environ.get(LAUNCHER_VARIABLE)
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
         node_rank=node_rank, num_nodes=num_nodes, master_addr=environ["MASTER_ADDR"],
