@@ -300,7 +300,7 @@ def test_sums_are_added_over_the_ranks_only_when_there_are_peers(monkeypatch: py
 
 
 def test_batch_sums_of_soft_targets_count_no_hits_and_stay_on_the_batchs_device() -> None:
-    soft = torch.tensor([[0.9, 0.1], [0.2, 0.8]])
+    soft = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # one-hot rows: what argmax hits would be compared with
     sums = batch_sums(torch.tensor([[2.0, 1.0], [0.0, 3.0]]), soft, torch.tensor(0.5))
     assert sums.tolist() == [1.0, 0.0, 2.0]
     meta = batch_sums(torch.empty(4, 3, device="meta"), torch.empty(4, dtype=torch.long, device="meta"),
@@ -350,7 +350,7 @@ def test_a_draw_in_flight_is_neither_doubled_nor_overtaken(tmp_path: Path) -> No
     order: list[str] = []
 
     def draw(recs: list[Mapping[str, Any]], _: Path) -> None:
-        order.append(f"start {len(recs)}")
+        order.append(f"start {len(recs)}{'' if threading.current_thread().daemon else ' (final)'}")
         if len(recs) == 1:
             release.wait(10)
         else:
@@ -368,7 +368,7 @@ def test_a_draw_in_flight_is_neither_doubled_nor_overtaken(tmp_path: Path) -> No
     second.wait(0.2)  # a final draw that did not wait would have run by now
     release.set()
     plotter.wait()
-    assert order == ["start 1", "end 1", "start 2", "end 2"]
+    assert order == ["start 1", "end 1", "start 2 (final)", "end 2"]  # drawn by close(), not by the busy update
 
 
 def test_a_failing_draw_is_logged_with_the_file_and_the_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -87,6 +88,8 @@ def test_handler_only_records_and_boundary_stops() -> None:
     stop = Preemption(PreemptionConfig(), environ={})
     with stop:
         assert not stop.should_stop()
+        # checked before the signal is sent: without the handler it would end this process, not fail the test
+        assert signal.getsignal(signal.SIGUSR2) == stop._handle
         os.kill(os.getpid(), signal.SIGUSR2)
         assert stop.should_stop()
         assert stop.request == StopRequest(True, False, False)
@@ -145,6 +148,7 @@ def test_sigterm_stops_without_requeue() -> None:
     runner = Recorder()
     stop = Preemption(PreemptionConfig(), environ={"SLURM_JOB_ID": "8"}, run=runner)
     with stop:
+        assert signal.getsignal(signal.SIGTERM) == stop._handle
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.should_stop()
     assert stop.finish(rank=0) == PREEMPTED_EXIT_CODE
@@ -257,6 +261,7 @@ def test_nothing_to_say_and_sigterm_as_the_warning_signal() -> None:
     assert StopRequest(False, False, False).describe(PreemptionConfig()) == "nothing"
     stop = Preemption(PreemptionConfig(signal="TERM"), environ={})
     with stop:
+        assert signal.getsignal(signal.SIGTERM) == stop._handle
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.should_stop()
     assert stop.request == StopRequest(True, False, False) and stop.request.wants_requeue
@@ -264,6 +269,26 @@ def test_nothing_to_say_and_sigterm_as_the_warning_signal() -> None:
 
 def test_preemption_reads_the_process_environment_by_default() -> None:
     assert Preemption(PreemptionConfig()).environ is os.environ
+
+
+def test_finish_requeues_only_on_the_rank_it_is_told_is_0() -> None:
+    runner = Recorder()
+    stop = Preemption(PreemptionConfig(end_time=0.0, grace_s=0.0), environ={"SLURM_JOB_ID": "8"}, run=runner)
+    assert stop.should_stop()
+    assert stop.finish(rank=1) == PREEMPTED_EXIT_CODE and runner.calls == []
+
+
+def test_the_requeue_after_a_peer_failure_waits_10_s_at_most() -> None:
+    from torchslurm.jobs.slurm import SlurmClient
+
+    waited: list[float] = []
+
+    def run(argv: list[str], timeout_s: float = 0, **kw: object) -> subprocess.CompletedProcess[str]:
+        waited.append(timeout_s)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    Preemption(PreemptionConfig(), environ={"SLURM_JOB_ID": "8"}, run=SlurmClient(run=run)).requeue_after_failure()
+    assert waited == [10.0]
 
 
 def test_the_warning_signal_keeps_its_handler_after_it_arrives() -> None:

@@ -161,7 +161,7 @@ class _Timed:
     def __call__(self, argv: list[str], timeout_s: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
         self.calls.append((" ".join(argv[:2]), timeout_s))
         self.argvs.append(list(argv))
-        return subprocess.CompletedProcess(argv, *self.answers[argv[0]])
+        return subprocess.CompletedProcess(argv, *self.answers.get(" ".join(argv[:2]), self.answers.get(argv[0])))
 
 
 def test_requeue_waits_60_s_for_scontrol_unless_told() -> None:
@@ -222,6 +222,26 @@ def test_requeue_excluding_asks_slurm_within_its_timeout_and_in_the_jobs_partiti
         "max_requeues=3")
 
 
+def test_a_requeue_refused_before_excluding_is_a_debug_line_and_the_nodes_are_still_excluded(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A peer rank requeued first: Slurm refuses the second requeue, the job pends all the same."""
+    from tests.unit.jobs.conftest import fixture
+
+    from torchslurm.train.badnodes import NodeFault
+    from torchslurm.train.requeue import requeue_excluding
+
+    five = fixture("sinfo_nodes.txt") + "node5\tdebug*\t4\tgpu:4\t2000\n"
+    timed = _Timed({"scontrol": (0, fixture("scontrol_excluded.txt"), ""), "sinfo": (0, five, ""),
+                    "scontrol requeue": (1, "", "Job is pending execution")})
+    with caplog.at_level("DEBUG", logger="torchslurm.train.requeue"):
+        requeue_excluding({"SLURM_JOB_ID": "31"}, [NodeFault("node2", 1, "x")], 3, 4, SlurmClient(run=timed))
+    assert timed.calls[-1][0] == "scontrol update"
+    assert [m for m in caplog.messages if m.startswith("requeue before")] == [
+        "requeue before excluding nodes: `scontrol requeue 31` failed (1): Job is pending execution. HINT: submit "
+        "with --requeue (torchslurm does when preemptible: true), and check that JobRequeue is not 0 in slurm.conf; "
+        "the checkpoint is saved, so resubmitting resumes."]
+
+
 def test_requeue_excluding_says_which_job_and_node_it_could_not_read() -> None:
     from torchslurm.train.badnodes import NodeFault
     from torchslurm.train.requeue import requeue_excluding
@@ -233,3 +253,14 @@ def test_requeue_excluding_says_which_job_and_node_it_could_not_read() -> None:
     assert raised.value.message == ("cannot read job 31's nodes to exclude node2: scontrol show job 31 failed (1): "
                                     "slurm_load_jobs error: Unable to contact slurm controller.")
     assert raised.value.hint is not None and raised.value.hint != ""
+
+
+def test_a_runner_is_handed_the_timeout_of_each_command() -> None:
+    waited: list[float] = []
+
+    def runner(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+        waited.append(timeout_s)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    requeue(RequeuePlan("5", "x"), runner, timeout_s=7.0)
+    assert waited == [7.0]
