@@ -254,7 +254,11 @@ def run(name: str, jobs: int, survivors: bool, fresh: bool) -> float:
     print(f"shard {name}: mutating {', '.join(SHARDS[name].modules)}; log in {log.relative_to(ROOT)}", flush=True)
     start = time.monotonic()
     # a plain run tests the mutants of new and changed functions; --survivors then every mutant not caught:
-    # the survivors, and those no test called (new tests may call them now)
+    # the survivors, and those no test called (new tests may call them now). mutmut maps each function to the tests
+    # that call it once and then only adds new tests: --survivors has it map them all again, or a function added
+    # since would be tried only against the tests added with it.
+    if survivors:
+        (folder / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     for again in (False, True) if survivors else (False,):
         names = [n for n, s in results(folder).items() if s not in CAUGHT] if again else []
         if again and not names:

@@ -144,7 +144,7 @@ def from_torchrun(environ: Mapping[str, str]) -> DistEnv | None:
     if not by_torchrun and _one_rank_per_task(environ, rank, world):
         store_host, where = _store_placement(environ, slurm_nodes(environ), environ["MASTER_ADDR"])
         where = f"; {where}"
-    launcher = environ.get(LAUNCHER_VARIABLE, "torchrun")
+    launcher = environ.get(LAUNCHER_VARIABLE)
     return DistEnv(
         rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
         node_rank=node_rank, num_nodes=num_nodes, master_addr=environ["MASTER_ADDR"],
@@ -228,7 +228,7 @@ def from_srun(environ: Mapping[str, str]) -> DistEnv | None:
     if "SLURM_STEP_ID" not in environ or "SLURM_PROCID" not in environ:
         return None
     rank = whole_number("SLURM_PROCID", environ["SLURM_PROCID"])
-    world = first_number(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1")
+    world = first_number(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1)
     local_rank = whole_number("SLURM_LOCALID", environ.get("SLURM_LOCALID", "0"))
     node_rank = whole_number("SLURM_NODEID", environ.get("SLURM_NODEID", "0"))
     check_rank("SLURM_PROCID", rank, "SLURM_STEP_NUM_TASKS", world)
@@ -269,7 +269,7 @@ def from_allocation_shell(environ: Mapping[str, str]) -> DistEnv | None:
     if "SLURM_JOB_ID" not in environ:
         return None
     tasks = whole_number("SLURM_NTASKS", environ.get("SLURM_NTASKS", "1"))
-    nodes = first_number(environ, "SLURM_NNODES", "SLURM_JOB_NUM_NODES", default="1")
+    nodes = first_number(environ, "SLURM_NNODES", "SLURM_JOB_NUM_NODES", default=1)
     warnings: tuple[EnvError, ...] = ()
     if tasks > 1 or nodes > 1:
         warnings = (EnvError(

@@ -27,10 +27,10 @@ def whole_number(name: str, value: str) -> int:
     return int(text)
 
 
-def first_number(environ: Mapping[str, str], *names: str, default: str) -> int:
+def first_number(environ: Mapping[str, str], *names: str, default: int) -> int:
     """whole_number() of the first of `names` that is set, an error naming that one; `default` when none is."""
     name = next((name for name in names if name in environ), None)
-    return whole_number(names[0], default) if name is None else whole_number(name, environ[name])
+    return default if name is None else whole_number(name, environ[name])
 
 
 def first_set(environ: Mapping[str, str], *names: str, default: str | None = None) -> str:

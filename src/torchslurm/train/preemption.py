@@ -289,7 +289,7 @@ class Preemption:
     def _proposed_interval(self) -> int:
         """This rank's proposal for the steps until the next check, from its recent step time."""
         now, last = time.monotonic(), self._last_check
-        step_s = None if last is None else (now - last[1]) / max(self._steps - last[0], 1)
+        step_s = None if last is None else (now - last[1]) / (self._steps - last[0])  # checks are steps apart
         self._last_check = (self._steps, now)
         return check_interval(step_s, self.config.check_period_s, self.config.check_every)
 

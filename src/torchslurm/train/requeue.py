@@ -82,7 +82,7 @@ class RequeuePlan:
 def plan_requeue(environ: Mapping[str, str], max_requeues: int, wanted: bool) -> RequeuePlan:
     """Decide from data: requeue only in a Slurm job, when the stop asks for it, within budget."""
     target = requeue_target(environ)
-    restarts_text = environ.get("SLURM_RESTART_COUNT", "0") or "0"
+    restarts_text = environ.get("SLURM_RESTART_COUNT") or "0"
     if not is_digits(restarts_text):
         raise ConfigError(f"SLURM_RESTART_COUNT={restarts_text!r} is not a count.",
                           "Slurm sets it; unset it when running outside Slurm.")

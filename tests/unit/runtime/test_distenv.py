@@ -525,3 +525,11 @@ def test_the_torchrun_environ_of_a_placement_names_every_variable() -> None:
     assert detect(SRUN_TASK, free_port=no_port).torchrun_environ() == {
         "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
         "MASTER_ADDR": "node1", "MASTER_PORT": str(derived_port("4242", "0"))}
+
+
+def test_ranks_set_by_hand_in_a_multi_node_batch_shell_are_not_taken_for_torchrun() -> None:
+    """The idle-nodes warning is about torchrun started without srun; a step id without a task id is no srun task."""
+    hand_set = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    assert detect({**BATCH_SHELL, **hand_set}, free_port=no_port).warnings == ()
+    env = detect({**hand_set, "SLURM_STEP_ID": "0"}, free_port=no_port)
+    assert (env.store_host, env.reason) == (None, "RANK set in the environment: RANK=0 of WORLD_SIZE=1, master h:1.")

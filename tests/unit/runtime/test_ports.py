@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from torchslurm.errors import EnvError
+from torchslurm.runtime import ports
 from torchslurm.runtime.ports import (
     PORT_BASE,
     PORT_SPAN,
@@ -137,3 +138,28 @@ def test_a_job_secret_that_is_not_one_is_refused(value: str) -> None:
     with pytest.raises(EnvError, match=r"TORCHSLURM_JOB_SECRET=.* is not a job secret: expected 16 or more "
                                        r"lower-case hex digits.*HINT: unset TORCHSLURM_JOB_SECRET"):
         job_secret({JOB_SECRET: value})
+
+
+def test_a_job_secret_is_16_or_more_lower_case_hex_digits() -> None:
+    assert ports.job_secret({}) is None
+    assert ports.job_secret({ports.JOB_SECRET: "0123456789abcdef"}) == "0123456789abcdef"
+    for bad in ("0123456789abcde", "0123456789ABCDEF", "0123456789abcdeg", "x" * 50):
+        with pytest.raises(EnvError) as info:
+            ports.job_secret({ports.JOB_SECRET: bad})
+        assert str(info.value) == (
+            f"{ports.JOB_SECRET}={bad[:40]!r} is not a job secret: expected 16 or more lower-case hex digits, as "
+            f"torchslurm's job scripts make them. HINT: unset {ports.JOB_SECRET}; a script from `torchslurm submit` "
+            "or `torchslurm script` sets it.")
+
+
+@pytest.mark.parametrize(("step", "slot"), [("0", 0), ("3", 3), (None, STEP_SLOTS - 1), ("", STEP_SLOTS - 1),
+                                            ("batch", STEP_SLOTS - 1), ("٣", STEP_SLOTS - 1)])
+def test_a_secret_port_takes_the_steps_slot_and_the_batch_shell_the_last(step: str | None, slot: int) -> None:
+    secret = "00000010" + "0" * 24
+    assert ports.secret_port(secret, step) == ports.PORT_BASE + (16 + slot) % ports.PORT_SPAN
+
+
+def test_a_port_without_a_job_id_or_secret_is_job_0s() -> None:
+    assert ports.slurm_port({}) == ports.derived_port("0", None)
+    secret = "00000010" + "0" * 24
+    assert ports.slurm_port({ports.JOB_SECRET: secret, "SLURM_STEP_ID": "2"}) == ports.secret_port(secret, "2")

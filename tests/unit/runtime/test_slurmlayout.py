@@ -178,7 +178,7 @@ def test_torchrun_in_a_batch_shell_names_the_variable_that_counts_the_jobs_nodes
 
 @pytest.mark.parametrize(("environ", "sizes"), [
     ({"GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "2"}, "GROUP_WORLD_SIZE=1"),
-    ({"LOCAL_WORLD_SIZE": "2"}, "LOCAL_WORLD_SIZE=2"),
+    ({"LOCAL_WORLD_SIZE": "1"}, "LOCAL_WORLD_SIZE=1"),
     ({}, "LOCAL_WORLD_SIZE=2"),  # torchrun's own variables unset: its world is on this node
 ])
 def test_one_group_per_node_of_a_multi_node_step_is_refused_in_full(environ: dict[str, str], sizes: str) -> None:

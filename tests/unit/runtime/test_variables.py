@@ -71,8 +71,8 @@ def test_is_digits_takes_ascii_digits_only(text: str, digits: bool) -> None:
 
 def test_the_first_number_set_is_read_and_named_in_its_error() -> None:
     environ = {"SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "2"}
-    assert first_number(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1") == 2
-    assert first_number({"SLURM_NTASKS": "4"}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1") == 4
-    assert first_number({}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1") == 1
+    assert first_number(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1) == 2
+    assert first_number({"SLURM_NTASKS": "4"}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1) == 4
+    assert first_number({}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1) == 1
     with pytest.raises(EnvError, match=r"^SLURM_NTASKS='x' is not an integer\."):
-        first_number({"SLURM_NTASKS": "x"}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default="1")
+        first_number({"SLURM_NTASKS": "x"}, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1)

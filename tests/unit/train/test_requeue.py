@@ -3,6 +3,7 @@ runner or a SlurmClient (the commands and their parsing are SlurmClient's: tests
 
 from __future__ import annotations
 
+import subprocess
 from datetime import datetime
 
 import pytest
@@ -148,3 +149,118 @@ def test_requeue_excluding_reads_the_job_requeues_then_excludes() -> None:
     assert requeue_excluding({"SLURM_JOB_ID": "31", "SLURM_RESTART_COUNT": "3"}, [fault], 3, 4, run) == \
         "excluded no node (rank 1 failed with an uncorrectable ECC error): not requeued, SLURM_RESTART_COUNT=3 " \
         "has reached max_requeues=3"
+
+
+class _Timed:
+    """A SlurmClient runner that records each command with its timeout and answers from a table."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers, self.calls = answers, []  # type: dict[str, tuple[int, str, str]], list[tuple[str, float]]
+        self.argvs: list[list[str]] = []
+
+    def __call__(self, argv: list[str], timeout_s: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append((" ".join(argv[:2]), timeout_s))
+        self.argvs.append(list(argv))
+        return subprocess.CompletedProcess(argv, *self.answers.get(" ".join(argv[:2]), self.answers.get(argv[0])))
+
+
+def test_requeue_waits_60_s_for_scontrol_unless_told() -> None:
+    timed = _Timed({"scontrol": (0, "", "")})
+    requeue(RequeuePlan("5", "x"), SlurmClient(run=timed))
+    requeue(RequeuePlan("5", "x"), SlurmClient(run=timed), timeout_s=10.0)
+    assert timed.calls == [("scontrol requeue", 60.0), ("scontrol requeue", 10.0)]
+
+
+def test_a_bad_end_time_is_refused_with_an_example_an_hour_from_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchslurm.train import requeue as module
+
+    monkeypatch.setattr(module.time, "time", lambda: 1000.5)
+    with pytest.raises(ConfigError) as raised:
+        job_end_time({"TORCHSLURM_END_TIME": "soon"})
+    assert str(raised.value) == ("TORCHSLURM_END_TIME='soon' is not unix seconds. HINT: e.g. "
+                                 "TORCHSLURM_END_TIME=4600, or unset it.")
+
+
+def test_no_deadline_from_slurm_is_a_warning_naming_why(caplog: pytest.LogCaptureFixture) -> None:
+    assert job_end_time({"SLURM_JOB_ID": "57"}, Recorder(1, stderr="Invalid job id specified")) is None
+    assert caplog.messages == ["no deadline: job 57 is unknown to Slurm: Invalid job id specified. HINT: it may have "
+                               "finished more than MinJobAge ago (`scontrol show config | grep MinJobAge`); its log "
+                               "files are still on disk."]
+
+
+def test_the_reasons_of_a_plan_in_full() -> None:
+    assert plan_requeue({"SLURM_JOB_ID": "5", "SLURM_RESTART_COUNT": ""}, 3, wanted=True).reason == (
+        "restart 1 of at most 3")  # empty: no restart yet
+    assert plan_requeue({"SLURM_JOB_ID": "5"}, 3, wanted=False).reason == (
+        "stopped by SIGTERM (scancel, time limit or Slurm's own preemption): Slurm decides whether the job comes back")
+    with pytest.raises(ConfigError) as raised:
+        plan_requeue({"SLURM_JOB_ID": "5", "SLURM_RESTART_COUNT": "x"}, 3, wanted=True)
+    assert raised.value.hint == "Slurm sets it; unset it when running outside Slurm."
+
+
+def test_requeue_excluding_asks_slurm_within_its_timeout_and_in_the_jobs_partitions() -> None:
+    from tests.unit.jobs.conftest import fixture
+
+    from torchslurm.train.badnodes import NodeFault
+    from torchslurm.train.requeue import requeue_excluding
+
+    job = fixture("scontrol_excluded.txt").replace("Partition=debug", "Partition=debug,long")
+    five = fixture("sinfo_nodes.txt") + "node5\tdebug*\t4\tgpu:4\t2000\n"
+    timed = _Timed({"scontrol": (0, job, ""), "sinfo": (0, five, "")})
+    faults = [NodeFault("node2", 1, "rank 1 failed: ECC"), NodeFault("node1", 0, "rank 0 failed: ECC")]
+    requeue_excluding({"SLURM_JOB_ID": "31"}, faults, 3, 4, SlurmClient(run=timed))
+    assert timed.calls == [("scontrol show", 5.0), ("sinfo -h", 60), ("scontrol requeue", 5.0),
+                           ("scontrol update", 5.0)]
+    assert timed.argvs[1][-2:] == ["-p", "debug,long"]
+    kept = _Timed({"scontrol": (0, job, ""), "sinfo": (0, five, "")})
+    line = requeue_excluding({"SLURM_JOB_ID": "31"}, faults[:1], 3, 0, SlurmClient(run=kept))
+    assert [c for c, _ in kept.calls] == ["scontrol show", "sinfo -h", "scontrol requeue"] and "kept node2" in line
+    no_sinfo = _Timed({"scontrol": (0, job, ""), "sinfo": (1, "", "sinfo: error: Unable to contact slurm controller")})
+    requeue_excluding({"SLURM_JOB_ID": "31"}, faults[:1], 3, 4, SlurmClient(run=no_sinfo))  # the job's list alone
+    assert requeue_excluding({"SLURM_JOB_ID": "31", "SLURM_RESTART_COUNT": "3"}, faults, 3, 4, timed) == (
+        "excluded no node (rank 1 failed: ECC, rank 0 failed: ECC): not requeued, SLURM_RESTART_COUNT=3 has reached "
+        "max_requeues=3")
+
+
+def test_a_requeue_refused_before_excluding_is_a_debug_line_and_the_nodes_are_still_excluded(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A peer rank requeued first: Slurm refuses the second requeue, the job pends all the same."""
+    from tests.unit.jobs.conftest import fixture
+
+    from torchslurm.train.badnodes import NodeFault
+    from torchslurm.train.requeue import requeue_excluding
+
+    five = fixture("sinfo_nodes.txt") + "node5\tdebug*\t4\tgpu:4\t2000\n"
+    timed = _Timed({"scontrol": (0, fixture("scontrol_excluded.txt"), ""), "sinfo": (0, five, ""),
+                    "scontrol requeue": (1, "", "Job is pending execution")})
+    with caplog.at_level("DEBUG", logger="torchslurm.train.requeue"):
+        requeue_excluding({"SLURM_JOB_ID": "31"}, [NodeFault("node2", 1, "x")], 3, 4, SlurmClient(run=timed))
+    assert timed.calls[-1][0] == "scontrol update"
+    assert [m for m in caplog.messages if m.startswith("requeue before")] == [
+        "requeue before excluding nodes: `scontrol requeue 31` failed (1): Job is pending execution. HINT: submit "
+        "with --requeue (torchslurm does when preemptible: true), and check that JobRequeue is not 0 in slurm.conf; "
+        "the checkpoint is saved, so resubmitting resumes."]
+
+
+def test_requeue_excluding_says_which_job_and_node_it_could_not_read() -> None:
+    from torchslurm.train.badnodes import NodeFault
+    from torchslurm.train.requeue import requeue_excluding
+
+    failing = _Timed({"scontrol": (1, "", "slurm_load_jobs error: Unable to contact slurm controller")})
+    faults = [NodeFault("node2", 1, "x"), NodeFault("node1", 0, "y")]
+    with pytest.raises(SlurmError) as raised:
+        requeue_excluding({"SLURM_JOB_ID": "31"}, faults, 3, 4, SlurmClient(run=failing))
+    assert raised.value.message == ("cannot read job 31's nodes to exclude node2: scontrol show job 31 failed (1): "
+                                    "slurm_load_jobs error: Unable to contact slurm controller.")
+    assert raised.value.hint is not None and raised.value.hint != ""
+
+
+def test_a_runner_is_handed_the_timeout_of_each_command() -> None:
+    waited: list[float] = []
+
+    def runner(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+        waited.append(timeout_s)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    requeue(RequeuePlan("5", "x"), runner, timeout_s=7.0)
+    assert waited == [7.0]
