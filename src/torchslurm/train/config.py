@@ -19,6 +19,7 @@ import yaml
 from torchslurm.configfile import load_yaml, read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError, below_minimum, not_one_of, shown
 from torchslurm.train.checkpoint.layout import CHECKPOINTS, MARKER, STATE_FILE, folder_of, step_dir
+from torchslurm.train.compiling import compiler_problem
 from torchslurm.train.preflight import run_dir_problem
 from torchslurm.train.trackers import installed_problem, mlflow_uri_problem, project_problem, trackers_problem
 
@@ -93,6 +94,9 @@ class TrainConfig:
     """fsdp: free gathered parameters after each unit's forward (less memory, one more all-gather in backward)."""
     activation_checkpointing: bool = False
     """fsdp: recompute each sharded unit's activations in backward instead of keeping them."""
+    compile: bool = False
+    """torch.compile the model (in place: checkpoints are the same either way): whole under DDP or one process,
+    each sharded unit under fsdp. The progress lines show compile time apart from step time."""
     checkpoint_async: bool = False
     """Write checkpoints in the background (staged to CPU memory first); training goes on meanwhile."""
     straggler_every: int = 50
@@ -250,7 +254,7 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
 
 def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> None:
     """What the ranks would trip over only after their start-up, checked before any rank starts:
-    the paths (an effect, so not in `__post_init__`) and amp=fp16 without a GPU. `cuda_devices`:
+    the paths (an effect, so not in `__post_init__`) and what the settings need of the device. `cuda_devices`:
     the GPUs the ranks will see. Raises one ConfigError naming every problem."""
     ConfigError.raise_any([
         device_problem(cfg, "cuda" if cuda_devices else "cpu"),
@@ -262,12 +266,13 @@ def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> No
 
 
 def device_problem(cfg: TrainConfig, device_type: str) -> ConfigError | None:
-    """The fp16 rule, checked before the ranks start and again by the Trainer on its device: amp=fp16
-    needs CUDA (fp16 with a GradScaler); None when the setting fits the device."""
-    if cfg.amp != "fp16" or device_type == "cuda":
-        return None
-    return ConfigError(f"amp=fp16 needs CUDA (fp16 with a GradScaler), but the ranks run on {device_type} (no GPU "
-                       "visible here).", "use amp=bf16 on CPU, or amp=off; or run it on a GPU node.")
+    """What the settings need of the device, checked before the ranks start and again by the Trainer on its
+    device: amp=fp16 needs CUDA (fp16 with a GradScaler), compile=true a compiler for its kernels; None when
+    the settings fit the device."""
+    if cfg.amp == "fp16" and device_type != "cuda":
+        return ConfigError(f"amp=fp16 needs CUDA (fp16 with a GradScaler), but the ranks run on {device_type} (no "
+                           "GPU visible here).", "use amp=bf16 on CPU, or amp=off; or run it on a GPU node.")
+    return compiler_problem(device_type) if cfg.compile else None
 
 
 def _resume_problem(resume: str, run_dir: Path) -> ConfigError | None:

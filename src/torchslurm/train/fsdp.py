@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from torchslurm.errors import ConfigError, not_one_of
+from torchslurm.train.compiling import compile_in_place
 
 logger = logging.getLogger(__name__)
 
@@ -103,9 +104,10 @@ def mixed_precision(amp: str) -> object | None:
 
 def shard_model(model: nn.Module, *, wrap: Sequence[str] = (), amp: str = "off",
                 reshard_after_forward: bool = True, activation_checkpointing: bool = False,
-                min_share: float = MIN_SHARE) -> nn.Module:
+                min_share: float = MIN_SHARE, compile: bool = False) -> nn.Module:
     """`fully_shard` every unit of `units()` (with activation checkpointing when asked), then the
     root, over all ranks of the default process group; returns `model` itself (sharded in place).
+    `compile`: then torch.compile each unit in place (the root too when there is no unit).
     Call it on every rank, after the process group exists and the model is on its device."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -127,6 +129,9 @@ def shard_model(model: nn.Module, *, wrap: Sequence[str] = (), amp: str = "off",
             checkpoint(module)
         fully_shard(module, **options)  # type: ignore[call-overload]
     fully_shard(model, **options)  # type: ignore[call-overload]
+    if compile:
+        for module in chosen or [model]:
+            compile_in_place(module)
     if dist.get_rank() == 0:  # the same on every rank: said once
         logger.info("FSDP: %d sharded unit%s + root over %d ranks (%s)", len(chosen),
                     "s" if len(chosen) != 1 else "", dist.get_world_size(), classes)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchslurm.runtime.safefiles import replace
+from torchslurm.train.compiling import compile_seconds
 from torchslurm.train.metrics import Totals, totals
 from torchslurm.train.stragglers import STRAGGLERS_FILE, RankTiming, Straggler, gather_record, summary
 
@@ -37,6 +38,8 @@ class RunReport:
         self._named: list[tuple[int, ...]] = []
         self._split: dict[str, Any] = {}
         """The last gather's numbers, added to each step record (metrics.jsonl keeps its two kinds of record)."""
+        self._compiled = {"steps": 0.0, "epoch": 0.0}
+        """compile=true: this process's compile seconds when the step window and the epoch began."""
 
     @property
     def is_main(self) -> bool:
@@ -45,8 +48,13 @@ class RunReport:
     def start(self, lr_factor: float) -> None:
         """Where the run trains and with what settings."""
         t, cfg = self.topo, self.config
+        if cfg.compile:
+            before = self._compile_since("steps")
+            self._compiled["epoch"] = self._compiled["steps"]
         if not self.is_main:
             return
+        if cfg.compile and before:
+            logger.info("compile=true: %.1f s compiling before the first step", before)
         plural = "es" if t.world_size != 1 else ""
         logger.info("Starting distributed training on %d process%s (%d node%s × %d, %s, %s), master %s",
                     t.world_size, plural, t.num_nodes, "s" if t.num_nodes != 1 else "", t.local_world_size,
@@ -69,18 +77,21 @@ class RunReport:
               lr: float) -> float:
         """The steps since `since` (a perf_counter time): a line and a record; returns now."""
         now = time.perf_counter()
+        compiling = self._compile_since("steps")
         if self.is_main:
             t = totals(window)
-            rate = t.count * self.topo.world_size / (now - since) if now > since else 0.0
+            stepping = now - since - compiling
+            rate = t.count * self.topo.world_size / stepping if stepping > 0 else 0.0
             flops = rate * self.task.flops_per_unit
             if not sys.stdout.isatty():
-                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f %s/s%s%s", epoch + 1, batch, total,
-                            step, t.avg_loss, lr, rate, self.task.unit,
+                logger.info("epoch %d batch %d/%d step %d: loss %.6f, lr %.3g, %.0f %s/s%s%s%s", epoch + 1, batch,
+                            total, step, t.avg_loss, lr, rate, self.task.unit,
                             f", {flops:.3g} model FLOP/s (est.)" if flops else "",
+                            f" (+ {compiling:.1f} s compiling)" if compiling else "",
                             f"; straggler: {self.stragglers}" if self.stragglers else "")
             self.log.append({"kind": "step", "epoch": epoch + 1, "step": step, "loss": t.avg_loss, "lr": lr,
                              f"{self.task.unit}_per_s": rate, **({"flops_per_s": flops} if flops else {}),
-                             **self._split})
+                             **({"compile_s": compiling} if compiling else {}), **self._split})
         return now
 
     def step_times(self, step: int, gather: Sequence[RankTiming], stragglers: Sequence[Straggler],
@@ -105,20 +116,32 @@ class RunReport:
 
     def epoch(self, epoch: int, step: int, train: Totals, val: Totals, seen: float, elapsed_s: float,
               lr: float) -> None:
-        """An epoch's lines and record (`seen`: the units all ranks trained), and the curves redrawn."""
+        """An epoch's lines and record (`seen`: the units all ranks trained), and the curves redrawn. The
+        rate leaves out the epoch's compile time (compile=true), which is shown beside it."""
+        compiling = self._compile_since("epoch")
         if not self.is_main:
             return
-        rate = seen / elapsed_s if elapsed_s > 0 else 0.0  # units (samples, tokens) this run trained
+        stepping = elapsed_s - compiling
+        rate = seen / stepping if stepping > 0 else 0.0  # units (samples, tokens) this run trained
         unit, per_rank = self.task.unit, rate / self.topo.world_size
         logger.info("Epoch %d - %s (validation)", epoch, self.task.summary(val))
-        logger.info("  train %s, %.0f %s/s (%.0f per rank), %.1f s", self.task.summary(train).lower(), rate, unit,
-                    per_rank, elapsed_s)
+        logger.info("  train %s, %.0f %s/s (%.0f per rank), %.1f s%s", self.task.summary(train).lower(), rate, unit,
+                    per_rank, elapsed_s, f" ({compiling:.1f} s of it compiling)" if compiling else "")
         self.log.append({
             "kind": "epoch", "epoch": epoch, "step": step,
             **{f"train_{k}": v for k, v in self.task.metrics(train).items()},
             **{f"val_{k}": v for k, v in self.task.metrics(val).items()},
             f"val_{unit}": val.count, f"{unit}_per_s": rate, f"{unit}_per_s_per_rank": per_rank,
             **({"flops_per_s": rate * self.task.flops_per_unit} if self.task.flops_per_unit else {}),
-            "epoch_time_s": elapsed_s, "lr": lr,
+            "epoch_time_s": elapsed_s, **({"compile_s": compiling} if compiling else {}), "lr": lr,
         })
         self.curves.update()
+
+    def _compile_since(self, mark: str) -> float:
+        """compile=true: seconds this process compiled since `mark` was last set ("steps" or "epoch"),
+        which it now moves to now; 0.0 with compile off."""
+        if not self.config.compile:
+            return 0.0
+        now = compile_seconds()
+        spent, self._compiled[mark] = now - self._compiled[mark], now
+        return spent

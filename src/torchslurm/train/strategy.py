@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
 from torchslurm.train import fsdp
+from torchslurm.train.compiling import compile_in_place
 
 if TYPE_CHECKING:
     from torchslurm.train.config import TrainConfig
@@ -99,7 +100,7 @@ class FSDP(Strategy):
         names = {id(p): name for name, p in model.named_parameters()}
         fsdp.shard_model(model, wrap=[n.strip() for n in config.fsdp_wrap.split(",") if n.strip()],
                          amp=config.amp, reshard_after_forward=config.fsdp_reshard_after_forward,
-                         activation_checkpointing=config.activation_checkpointing)
+                         activation_checkpointing=config.activation_checkpointing, compile=config.compile)
         fsdp.rebind_optimizer(optimizer, names, model)
 
     def accumulate(self, boundary: bool) -> AbstractContextManager[Any]:
@@ -121,12 +122,14 @@ class FSDP(Strategy):
 def make_strategy(model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
                   topo: Topology) -> Strategy:
     """`config.strategy` applied to `model` (already on its device) and its `optimizer`; one process
-    trains alone whatever the setting."""
-    if topo.world_size == 1:
-        return Strategy(model, topo)
-    if config.strategy == "fsdp":
+    trains alone whatever the setting. compile=true compiles in place (train.compiling): FSDP its units,
+    DDP its wrapper, one process the model."""
+    if topo.world_size > 1 and config.strategy == "fsdp":
         return FSDP(model, optimizer, config, topo)
-    return DDP(model, topo)
+    strategy = Strategy(model, topo) if topo.world_size == 1 else DDP(model, topo)
+    if config.compile:
+        compile_in_place(strategy.train_module)
+    return strategy
 
 
 def unwrapped(model: nn.Module) -> nn.Module:
