@@ -141,7 +141,8 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
         with torchslurm.init() as ctx:
             _setup_rank_logging(ctx.rank)
             ConfigError.raise_any([config.device_problem(cfg, ctx.device.type)])  # before loading the data
-            train, val = data.load(example.dataset, example.data_dir, example.val_fraction, seed=0)
+            train, val = data.limited(data.load(example.dataset, example.data_dir, example.val_fraction, seed=0),
+                                      example.max_samples)
             seed_everything(cfg.seed)  # identical initial weights on every rank and every run
             model = models.build(example.resolved_model, *data.describe(train))
             loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.nn.functional.cross_entropy

@@ -192,6 +192,8 @@ class ExampleConfig:
     """SGD momentum."""
     val_fraction: float = 0.2
     """Share of digits/synthetic held out for validation (mnist uses its own test set)."""
+    max_samples: int = 0
+    """Train on the first max_samples samples only, and validate on a quarter as many (0: all): a quick run."""
 
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))
@@ -204,6 +206,8 @@ class ExampleConfig:
             _require("momentum", self.momentum, 0 <= self.momentum < 1, "a number in [0, 1)", "momentum=0.9"),
             _require("val_fraction", self.val_fraction, 0 < self.val_fraction < 1, "a fraction in (0, 1)",
                      "val_fraction=0.2"),
+            _require("max_samples", self.max_samples, self.max_samples >= 0, "0 (all) or a positive number of samples",
+                     "max_samples=2000"),
             ConfigError(f"model=gpt is a language model and dataset={self.dataset} is not text.",
                         "use dataset=text with model=gpt.")
             if (self.model == "gpt") != (self.dataset == "text") and self.model != "auto" else None,

@@ -12,13 +12,13 @@ import importlib.util
 import itertools
 import logging
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler, Subset, TensorDataset
 
 from torchslurm.errors import ConfigError, not_one_of
 from torchslurm.train.config import DATASETS
@@ -197,6 +197,22 @@ def load(name: str, data_dir: Path | None = None, val_fraction: float = 0.2, see
                               f"add data_dir=/path/to/{name} (a directory every rank can read).")
         return mnist(data_dir) if name == "mnist" else image_folder(data_dir)
     raise not_one_of("dataset", name, DATASETS, hint="dataset=digits needs no download.")
+
+
+def limited(split: Split, max_samples: int) -> Split:
+    """The first `max_samples` training samples and a quarter as many validation ones (at least one);
+    `split` itself for 0."""
+    if max_samples <= 0:
+        return split
+    train, val = split
+    return _first(train, max_samples), _first(val, max(1, max_samples // 4))
+
+
+def _first(dataset: Dataset[Any], n: int) -> Dataset[Any]:
+    if isinstance(dataset, TensorDataset):  # still one tensor each: batched indexing stays fast
+        return TensorDataset(*(t[:n] for t in dataset.tensors))
+    assert isinstance(dataset, Sized)
+    return Subset(dataset, range(min(n, len(dataset))))
 
 
 def describe(dataset: Dataset[Any]) -> tuple[tuple[int, ...], int]:

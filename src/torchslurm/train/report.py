@@ -40,6 +40,8 @@ class RunReport:
         """The last gather's numbers, added to each step record (metrics.jsonl keeps its two kinds of record)."""
         self._compiled = {"steps": 0.0, "epoch": 0.0}
         """compile=true: this process's compile seconds when the step window and the epoch began."""
+        self._epoch_compile_s = 0.0
+        """compile=true: the seconds of the last epoch's training spent compiling."""
 
     @property
     def is_main(self) -> bool:
@@ -114,11 +116,20 @@ class RunReport:
             self._named = named
         self.stragglers = summary(stragglers, window_steps)
 
+    def trained(self, started: float) -> float:
+        """The seconds since `started` (a perf_counter time), an epoch's training just ended; the compile
+        seconds among them are kept for the epoch's line (validation compiles after this)."""
+        elapsed = time.perf_counter() - started
+        self._epoch_compile_s = self._compile_since("epoch")
+        return elapsed
+
     def epoch(self, epoch: int, step: int, train: Totals, val: Totals, seen: float, elapsed_s: float,
               lr: float) -> None:
         """An epoch's lines and record (`seen`: the units all ranks trained), and the curves redrawn. The
         rate leaves out the epoch's compile time (compile=true), which is shown beside it."""
-        compiling = self._compile_since("epoch")
+        compiling, self._epoch_compile_s = self._epoch_compile_s, 0.0
+        self._compile_since("epoch")  # the next epoch's accounts start after this one's validation
+        self._compile_since("steps")
         if not self.is_main:
             return
         stepping = elapsed_s - compiling
@@ -134,6 +145,7 @@ class RunReport:
             f"val_{unit}": val.count, f"{unit}_per_s": rate, f"{unit}_per_s_per_rank": per_rank,
             **({"flops_per_s": rate * self.task.flops_per_unit} if self.task.flops_per_unit else {}),
             "epoch_time_s": elapsed_s, **({"compile_s": compiling} if compiling else {}), "lr": lr,
+            **self._peak_memory(),
         })
         self.curves.update()
 
@@ -145,3 +157,11 @@ class RunReport:
         now = compile_seconds()
         spent, self._compiled[mark] = now - self._compiled[mark], now
         return spent
+
+    def _peak_memory(self) -> dict[str, float]:
+        """On CUDA: the most GPU memory rank 0's tensors have held so far (MiB), for an epoch record."""
+        import torch
+
+        if self.topo.device.type != "cuda":
+            return {}
+        return {"peak_gpu_memory_mib": torch.cuda.max_memory_allocated(self.topo.device) / 2**20}

@@ -121,15 +121,22 @@ class FSDP(Strategy):
 
 def make_strategy(model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
                   topo: Topology) -> Strategy:
-    """`config.strategy` applied to `model` (already on its device) and its `optimizer`; one process
-    trains alone whatever the setting. compile=true compiles in place (train.compiling): FSDP its units,
-    DDP its wrapper, one process the model."""
-    if topo.world_size > 1 and config.strategy == "fsdp":
+    """`config.strategy` applied to `model` (already on its device) and its `optimizer`. One process trains
+    the model as it is, except under fsdp in a process group (of one rank: one GPU, the same sharded
+    checkpoints and mixed-precision policy as on many). compile=true compiles in place
+    (train.compiling): FSDP its units, DDP its wrapper, one process the model."""
+    if config.strategy == "fsdp" and (topo.world_size > 1 or _in_process_group()):
         return FSDP(model, optimizer, config, topo)
     strategy = Strategy(model, topo) if topo.world_size == 1 else DDP(model, topo)
     if config.compile:
         compile_in_place(strategy.train_module)
     return strategy
+
+
+def _in_process_group() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def unwrapped(model: nn.Module) -> nn.Module:

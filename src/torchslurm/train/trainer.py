@@ -209,7 +209,7 @@ class Trainer:
                     logger.info("stopping early at epoch %d step %d", self.epoch + 1, self.global_step)
                 return FitResult(True, self.epoch, self.global_step, val, self.checkpointer.last,
                                  self.config.run_dir)
-            val = self._finish_epoch(seen, time.perf_counter() - started)
+            val = self._finish_epoch(seen, self.report.trained(started))
         if val is None:  # resumed a finished run: still report its validation metrics
             val = self.evaluate()
         return FitResult(False, self.epoch, self.global_step, val, self.checkpointer.last, self.config.run_dir)

@@ -26,12 +26,21 @@ def _parts() -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.SGD(model.parameters(), lr=0.1)
 
 
-def test_one_process_trains_the_model_as_it_is_whatever_the_setting() -> None:
+def test_one_process_without_a_process_group_trains_the_model_as_it_is_whatever_the_setting() -> None:
     model, optimizer = _parts()
     for name in ("ddp", "fsdp"):
         alone = make_strategy(model, optimizer, TrainConfig(strategy=name), ALONE)
         assert type(alone) is Strategy and alone.train_module is alone.eval_module is model
         assert alone.state_form == "replicated"
+
+
+def test_one_rank_in_a_process_group_shards_under_fsdp_and_trains_plainly_under_ddp(one_rank_group: None) -> None:
+    model, optimizer = _parts()
+    plain = make_strategy(model, optimizer, TrainConfig(strategy="ddp"), ALONE)
+    assert type(plain) is Strategy and plain.train_module is model
+    model, optimizer = _parts()
+    sharded = make_strategy(model, optimizer, TrainConfig(strategy="fsdp"), ALONE)
+    assert isinstance(sharded, FSDP) and sharded.state_form == "sharded"
 
 
 def test_the_configured_name_picks_the_class(one_rank_group: None) -> None:
