@@ -180,6 +180,7 @@ def rank_program(out: Path, cpu: bool) -> None:
         if ctx.is_main:
             found["device"] = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu"
             found["world_size"], found["backend"], found["torch"] = ctx.world_size, ctx.backend, torch.__version__
+            found["cuda"] = torch.version.cuda
             (out / "found.json").write_text(json.dumps(found))
 
 
@@ -202,7 +203,7 @@ def summary(found: dict[str, Any]) -> dict[str, Any]:
     first = resumed["ranks"][0]
     return {"check": CHECK, "ok": bool(scaler["ok"] and resumed["ok"]), "device": found["device"],
             "world_size": found["world_size"], "backend": found["backend"], "torch": found["torch"],
-            "scaler_skip_agreed": scaler["ok"], "trainer_sharded": first["trainer_sharded"],
+            "cuda": found["cuda"], "scaler_skip_agreed": scaler["ok"], "trainer_sharded": first["trainer_sharded"],
             "resume_losses_equal": resumed["losses_equal"], "resume_state_equal": first["state_equal"],
             "resume_scaler_equal": first["scaler_equal"], "max_loss_diff": resumed["max_loss_diff"],
             "max_state_diff": max(r["max_state_diff"] for r in resumed["ranks"]), "scaler": first["scaler"],
