@@ -135,15 +135,21 @@ def _load_worker(ctx: Any, out: Path) -> dict[str, Any]:
 
 
 def _switch_worker(ctx: Any, out: Path) -> dict[str, Any]:
-    """A DDP checkpoint (tensors.pt) resumed under FSDP, and an FSDP one (shards/) under DDP."""
+    """A DDP checkpoint (tensors.pt) resumed under FSDP, and an FSDP one (shards/) under DDP, with
+    amp=fp16's scaler (its state goes along)."""
+    from torchslurm.train.strategy import make_scaler
+
     found = {}
     for saved, loaded in (("ddp", "fsdp"), ("fsdp", "ddp")):
         trainer = _trainer(ctx, out / saved, stop_at=5, strategy=saved)
+        trainer.scaler = make_scaler("fp16", "cpu")  # the Trainer's is on CUDA: amp=fp16 refuses the CPU
         trainer.fit()
         expected = _full(trainer)
         resumed = _trainer(ctx, out / saved, strategy=loaded)
+        resumed.scaler = make_scaler("fp16", "cpu")
         found[f"{saved} to {loaded}"] = {
             "resumed": [resumed.restore(), resumed.global_step], "equal": _same(expected, _full(resumed)),
+            "scaler": [trainer.scaler.state_dict(), resumed.scaler.state_dict()],
             "files": sorted(str(p.relative_to(trainer.checkpointer.last)) for p in trainer.checkpointer.last.rglob("*")
                             if p.is_file()) if ctx.is_main else []}
     return found
@@ -174,7 +180,7 @@ def _fp16_worker(ctx: Any, out: Path) -> dict[str, Any]:
     resumed = _trainer(ctx, out / f"clip-{clip}")
     resumed.scaler = make_scaler("fp16", "cpu")
     resumed.restore()
-    mine["resumed scale"] = resumed.scaler.get_scale()
+    mine["scaler"] = [trainer.scaler.state_dict(), resumed.scaler.state_dict()]
     mine["fp16 policy"] = _fp16_policy_dtypes()
     mine["encoder"] = _encoder_units()
     gathered: list[Any] = [None] * ctx.world_size
@@ -294,6 +300,8 @@ def test_a_ddp_checkpoint_resumes_under_fsdp_and_an_fsdp_one_under_ddp(tmp_path:
         assert r[case]["resumed"] == [True, 5], case
         assert r[case]["equal"], f"{case}: model or optimizer state differs after the resume"
         assert expected_files <= set(r[case]["files"]), r[case]["files"]
+        saved, resumed = r[case]["scaler"]  # 5 steps without an inf: growth counted, the scale unchanged
+        assert saved == resumed and (resumed["scale"], resumed["_growth_tracker"]) == (2.0 ** 16, 5), case
 
 
 def test_kill_9_during_a_background_save_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
@@ -322,7 +330,11 @@ def test_fp16_scaler_skips_a_step_on_every_rank_when_one_rank_s_shard_has_an_inf
         skipped, normal = zip(*(rank[clip] for rank in ranks), strict=True)
         assert skipped == ({"changed": False, "scale": 2.0 ** 15},) * 2, (clip, skipped)  # halved everywhere
         assert normal == ({"changed": True, "scale": 2.0 ** 15},) * 2, (clip, normal)
-    assert [rank["resumed scale"] for rank in ranks] == [2.0 ** 15] * 2
+    # the halved scale and the growth tracker's one step since survive the checkpoint, on every rank
+    for rank in ranks:
+        saved, resumed = rank["scaler"]
+        assert saved == resumed, (saved, resumed)
+        assert (resumed["scale"], resumed["_growth_tracker"]) == (2.0 ** 15, 1), resumed
     assert ranks[0]["fp16 policy"] == ranks[1]["fp16 policy"] == [
         "torch.float16", "DTensor torch.float32", "scale 65536.0"]
     # without fsdp_wrap an nn.TransformerEncoder is sharded per layer, and that is said once, by rank 0

@@ -9,6 +9,7 @@ sharded. `make_strategy` is the one place the configured name is read."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator, Sized
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -25,6 +26,8 @@ from torchslurm.train.compiling import compile_in_place
 if TYPE_CHECKING:
     from torchslurm.train.config import TrainConfig
     from torchslurm.train.topology import Topology
+
+logger = logging.getLogger(__name__)
 
 
 class Strategy:
@@ -159,6 +162,20 @@ def make_scaler(amp: str, device_type: str) -> torch.amp.GradScaler:
     over the gradients' device mesh, so all ranks skip the same steps and update the scale alike
     (tests/multiproc/test_fsdp.py puts an inf in one rank's shard)."""
     return torch.amp.GradScaler(device_type, enabled=amp == "fp16")
+
+
+def restore_scaler(scaler: torch.amp.GradScaler, saved: dict[str, Any]) -> bool:
+    """Put a checkpoint's scaler state (`saved`: a GradScaler's state_dict, empty when that run had
+    amp=off or bf16) into `scaler`; whether it was. The state is the same under every strategy (rank 0's
+    state.pt), so it crosses DDP and FSDP. An amp=fp16 run resumed from a checkpoint without one starts
+    from a fresh scale (torch's load_state_dict would refuse the empty state); a disabled scaler takes none."""
+    if not scaler.is_enabled() or not saved:
+        if scaler.is_enabled():
+            logger.info("the checkpoint has no GradScaler state (it was saved without amp=fp16): "
+                        "the loss scale starts afresh at %g", scaler.get_scale())
+        return False
+    scaler.load_state_dict(saved)
+    return True
 
 
 @contextmanager

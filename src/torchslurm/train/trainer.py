@@ -42,7 +42,7 @@ from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
 from torchslurm.train.step import Step, Stepper
 from torchslurm.train.steptime import StepTimes, node_name
-from torchslurm.train.strategy import make_scaler, make_strategy
+from torchslurm.train.strategy import make_scaler, make_strategy, restore_scaler
 from torchslurm.train.tasks import Task, classification, loss_only
 from torchslurm.train.topology import topology
 from torchslurm.train.trackers import installed_problem, run_trackers
@@ -384,7 +384,7 @@ class Trainer:
             self.log.keep_until(progress.global_step if progress else 0)
         if progress is None:
             return False
-        self.scaler.load_state_dict(progress.scaler)
+        restore_scaler(self.scaler, progress.scaler)
         if self.scheduler is not None and progress.scheduler:
             self.scheduler.load_state_dict(progress.scheduler)
         if self.scheduler is None:  # the config's lr is the truth (world size or lr may have changed)

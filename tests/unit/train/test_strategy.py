@@ -3,6 +3,7 @@ and evaluation padding, and the one place a configured name becomes a strategy."
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -13,7 +14,7 @@ from torch.utils.data import TensorDataset
 
 from torchslurm.errors import ConfigError
 from torchslurm.train.config import TrainConfig, device_problem
-from torchslurm.train.strategy import DDP, FSDP, Strategy, make_strategy
+from torchslurm.train.strategy import DDP, FSDP, Strategy, make_scaler, make_strategy, restore_scaler
 from torchslurm.train.topology import Topology
 
 ALONE = Topology(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo", num_nodes=1,
@@ -114,3 +115,31 @@ def test_the_fp16_rule_is_stated_once() -> None:
     assert device_problem(TrainConfig(amp="bf16"), "cpu") is None
     problem = device_problem(TrainConfig(amp="fp16"), "cpu")
     assert isinstance(problem, ConfigError) and problem.message.startswith("amp=fp16 needs CUDA")
+
+
+SAVED_SCALER = {"scale": 2.0**13, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+                "_growth_tracker": 3}
+"""An fp16 scaler's state after a few steps: the scale lowered and growth counted since."""
+
+
+def test_an_fp16_checkpoint_s_scaler_state_is_restored_scale_and_growth_tracker() -> None:
+    scaler = make_scaler("fp16", "cpu")
+    assert restore_scaler(scaler, dict(SAVED_SCALER))
+    assert scaler.state_dict() == SAVED_SCALER and scaler.get_scale() == 2.0**13
+
+
+def test_an_fp16_run_resumed_from_a_checkpoint_without_amp_fp16_starts_a_fresh_scale(
+        caplog: pytest.LogCaptureFixture) -> None:
+    scaler = make_scaler("fp16", "cpu")  # torch's own load_state_dict raises on the empty state
+    with caplog.at_level(logging.INFO, logger="torchslurm.train.strategy"):
+        assert not restore_scaler(scaler, {})
+    assert scaler.get_scale() == 2.0**16
+    assert caplog.messages == ["the checkpoint has no GradScaler state (it was saved without amp=fp16): the loss "
+                               "scale starts afresh at 65536"]
+
+
+def test_a_run_without_amp_fp16_ignores_a_checkpoint_s_scaler_state(caplog: pytest.LogCaptureFixture) -> None:
+    scaler = make_scaler("bf16", "cpu")
+    with caplog.at_level(logging.INFO, logger="torchslurm.train.strategy"):
+        assert not restore_scaler(scaler, dict(SAVED_SCALER))
+    assert scaler.state_dict() == {} and caplog.messages == []
