@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 
-.PHONY: demo test docs slurm-packages clean mutants
+.PHONY: demo test docs slurm-packages clean mutants gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ test: $(STAMP) slurm-packages
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	# the cluster tests beside the others (they mostly wait for Slurm), then the few marked `alone`
 	$(BIN)/python tools/run_tests.py
+
+# What must hold on a GPU, in one go (under 8 minutes on one GPU; the CPU runs a reduced form in `make test`):
+# doctor, NCCL bench, fp16 resume, ddp<->fsdp resume, fsdp bf16 + async checkpoints preempted, compile=true,
+# tokens/s against a hand loop. Results in gpu-check.json and a table (docs/benchmarks.md#the-gpu-check).
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py --json gpu-check.json
 
 # Mutation testing of the core, one shard at a time (not part of `make test`; docs/testing.md):
 # `make mutants SHARD=hostlist`; `make mutants` lists the shards.

@@ -1,0 +1,188 @@
+"""Tokens per second of a GPT: torchslurm's Trainer against a hand-written loop doing the same work.
+
+The same model (models.GPT; --size gpt2: 12 layers, 768 wide, 12 heads, 1024 tokens of context, a
+vocabulary of 50304 with an untied head), the same data (seeded random token windows, held in memory),
+batch, optimizer (AdamW, lr 6e-4, weight decay 0.1), bf16 autocast, gradient clipping at 1.0 and
+torch.compile. The hand loop is written the way nanoGPT-style scripts write one: torch.compile(model),
+a shuffled DataLoader with pinned memory and non_blocking copies, autocast around forward and loss,
+clip, step, zero_grad(set_to_none=True); after each epoch a validation pass and a torch.save of model
+and optimizer. The Trainer runs with compile=true, amp=bf16, grad_clip=1.0 and a checkpoint each epoch.
+
+Each round builds both afresh (same seed) and runs --epochs epochs of each, the order alternating from
+round to round; one process, on the GPU (or --cpu). Reported per loop: tokens per second over the whole
+run (every epoch, its validation and its checkpoint) less the seconds torch spent compiling (measured
+the same way for both and reported apart), the median over rounds; the ratio Trainer / hand loop (goal
+on a GPU: >= 0.98); and MFU against the card's dense bf16 peak. A benchmark: it asserts nothing.
+
+    python benchmarks/tokens.py [--size gpt2|small|tiny] [--cpu] [--rounds 3] [--steps 40] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+SIZES = {  # layers, dim, heads, block_size, vocab, batch
+    "gpt2": (12, 768, 12, 1024, 50304, 16),
+    "small": (4, 256, 4, 256, 4096, 16),
+    "tiny": (2, 64, 4, 64, 256, 16),
+}
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "GH200": 989e12}
+"""Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets, by a name in the device's."""
+LR, WEIGHT_DECAY, CLIP = 6e-4, 0.1, 1.0
+
+
+def build(size: str, device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    from torchslurm.train.models import GPT
+
+    layers, dim, heads, block, vocab, _ = SIZES[size]
+    torch.manual_seed(0)
+    model = GPT(vocab=vocab, block_size=block, dim=dim, layers=layers, heads=heads).to(device)
+    fused = {"fused": True} if device.type == "cuda" else {}
+    return model, torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, **fused)
+
+
+def token_data(size: str, steps: int) -> tuple[TensorDataset, TensorDataset]:
+    """`steps` batches of training windows and a quarter as many of validation, random tokens."""
+    _, _, _, block, vocab, batch = SIZES[size]
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(vocab, (steps * batch * 5 // 4, block + 1), generator=g)
+    split = steps * batch
+    return (TensorDataset(tokens[:split, :-1], tokens[:split, 1:]),
+            TensorDataset(tokens[split:, :-1], tokens[split:, 1:]))
+
+
+def compile_seconds() -> float:
+    from torchslurm.train.compiling import compile_seconds as spent
+
+    return spent()
+
+
+def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int, device: torch.device,
+              out: Path) -> None:
+    model, optimizer = build(size, device)
+    model = torch.compile(model)  # type: ignore[assignment]
+    train, val = data
+    batch = SIZES[size][5]
+    g = torch.Generator().manual_seed(0)
+    pin = device.type == "cuda"
+    loader = DataLoader(train, batch_size=batch, shuffle=True, generator=g, pin_memory=pin)
+    val_loader = DataLoader(val, batch_size=batch, pin_memory=pin)
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits = model(x)
+            return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+
+    for _ in range(epochs):
+        model.train()
+        for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            loss_of(x, y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        model.eval()
+        total = torch.zeros((), device=device)
+        with torch.no_grad():
+            for x, y in val_loader:
+                total += loss_of(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
+        print(f"hand loop: val loss {total.item() / len(val_loader):.4f}", file=sys.stderr)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, out / "ckpt.pt")
+
+
+def trainer_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int, device: torch.device,
+                 out: Path, ctx: Any) -> None:
+    from torchslurm.train import tasks
+    from torchslurm.train.config import TrainConfig
+    from torchslurm.train.trainer import Trainer
+
+    model, optimizer = build(size, device)
+    config = TrainConfig(epochs=epochs, batch_size=SIZES[size][5], lr=LR, amp="bf16", grad_clip=CLIP, compile=True,
+                         run_dir=out, resume="never", log_every=0, straggler_every=0, keep_last=1)
+    flops = model.flops_per_token()  # type: ignore[operator]
+    Trainer(model, optimizer, tasks.token_cross_entropy, data[0], data[1], config, ctx=ctx,
+            task=tasks.language_model(flops)).fit()
+
+
+def timed(run: Callable[[Path], None], device: torch.device) -> tuple[float, float]:
+    """(seconds of the whole run less compiling, seconds compiling)."""
+    with tempfile.TemporaryDirectory(prefix="tokens-") as tmp:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        compiled, started = compile_seconds(), time.perf_counter()
+        run(Path(tmp))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        wall, compiling = time.perf_counter() - started, compile_seconds() - compiled
+    return wall - compiling, compiling
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16.items() if key in name), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=SIZES, default=None, help="default: gpt2 on a GPU, small on the CPU")
+    parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=40, help="optimizer steps per epoch")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--json", help="write the results here too")
+    args = parser.parse_args(argv)
+    import torchslurm
+
+    environ = {"TORCHSLURM_DEVICE": "cpu"} if args.cpu or not torch.cuda.is_available() else {}
+    with torchslurm.init(environ={**os.environ, **environ}) as ctx:
+        device = ctx.device
+        size = args.size or ("gpt2" if device.type == "cuda" else "small")
+        data = token_data(size, args.steps)
+        tokens = args.epochs * args.steps * SIZES[size][5] * SIZES[size][3]
+        loops: dict[str, Callable[[Path], None]] = {
+            "hand loop": lambda out: hand_loop(size, data, args.epochs, device, out),
+            "Trainer": lambda out: trainer_loop(size, data, args.epochs, device, out, ctx),
+        }
+        seconds: dict[str, list[float]] = {name: [] for name in loops}
+        compiling: dict[str, list[float]] = {name: [] for name in loops}
+        for r in range(args.rounds):
+            for name in (list(loops) if r % 2 == 0 else list(reversed(loops))):
+                s, c = timed(loops[name], device)
+                seconds[name].append(s)
+                compiling[name].append(c)
+                print(f"round {r} {name}: {tokens / s:,.0f} tokens/s ({s:.2f} s + {c:.1f} s compiling)",
+                      file=sys.stderr, flush=True)
+        model, _ = build(size, device)
+        flops = model.flops_per_token()  # type: ignore[operator]
+        params = sum(p.numel() for p in model.parameters())
+    rate = {name: tokens / statistics.median(s) for name, s in seconds.items()}
+    peak = peak_flops(device)
+    result = {
+        "size": size, "parameters": params, "device": torch.cuda.get_device_name(device) if device.type == "cuda"
+        else "cpu", "torch": torch.__version__, "tokens_per_run": tokens, "rounds": args.rounds,
+        "tokens_per_s": rate, "ratio": rate["Trainer"] / rate["hand loop"],
+        "compile_s": {name: statistics.median(c) for name, c in compiling.items()},
+        "mfu": {name: r * flops / peak for name, r in rate.items()} if peak else None,
+    }
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
