@@ -35,7 +35,7 @@ def compile_in_place(module: nn.Module) -> None:
     call = module._call_impl
 
     def compiled_call(*args: Any, **kwargs: Any) -> Any:
-        return call(*args, **kwargs)
+        return call(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     module._compiled_call_impl = torch.compile(compiled_call)  # what Module.__call__ runs when set
 

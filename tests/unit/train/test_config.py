@@ -118,3 +118,12 @@ def test_the_python_api_gets_a_config_error_for_a_wrong_type_not_a_type_error() 
         TrainConfig(epochs=0, lr=None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"^2 invalid settings:\n  dataset=None in ExampleConfig: expected text"):
         ExampleConfig(dataset=None, momentum="high")  # type: ignore[arg-type]
+
+
+def test_max_samples_must_not_be_negative() -> None:
+    from torchslurm.train.config import ExampleConfig
+
+    assert ExampleConfig(max_samples=500).max_samples == 500
+    with pytest.raises(ConfigError, match=r"max_samples=-1, expected 0 \(all\) or a positive number") as caught:
+        ExampleConfig(max_samples=-1)
+    assert "max_samples=2000" in caught.value.hint

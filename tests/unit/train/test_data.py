@@ -184,3 +184,21 @@ def test_other_datasets_are_read_a_sample_at_a_time() -> None:
     loader = data.batches(dataset, data.ShardSampler(6, 0, 1), 4)
     assert loader.dataset is dataset
     assert [batch[0].tolist() for batch in loader] == [[0.0, 2.0, 4.0, 6.0], [8.0, 10.0]]
+
+
+def test_max_samples_keeps_the_first_samples_and_a_quarter_as_many_for_validation() -> None:
+    import torch
+    from torch.utils.data import Subset, TensorDataset
+
+    from torchslurm.train.data import limited
+
+    train = TensorDataset(torch.arange(100), torch.arange(100) * 2)
+    val = TensorDataset(torch.arange(40))
+    short_train, short_val = limited((train, val), 20)
+    assert isinstance(short_train, TensorDataset) and len(short_train) == 20  # still whole tensors: fast batches
+    assert torch.equal(short_train.tensors[1], torch.arange(20) * 2)
+    assert len(short_val) == 5
+    assert limited((train, val), 0) == (train, val)
+    assert len(limited((train, val), 2)[1]) == 1  # never an empty validation set
+    listed = limited((list(range(10)), list(range(8))), 4)  # any other dataset: a Subset of its first samples
+    assert isinstance(listed[0], Subset) and list(listed[0]) == [0, 1, 2, 3] and list(listed[1]) == [0]

@@ -95,3 +95,40 @@ def test_a_straggler_is_named_once_then_on_every_step_line_and_in_the_run_dir(
     report.step_times(25, gather, [], 15)
     assert lines.messages[-1] == "step 25: no straggler any more"
     assert json.loads((tmp_path / "stragglers.json").read_text())["named"] == []
+
+
+def test_compile_seconds_are_left_out_of_the_rates_and_shown_beside_them(
+        tmp_path: Path, lines: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from torchslurm.train import report as report_module
+
+    # torch's compile seconds as read at: start, the step window, the epoch's training end, the epoch line (2 reads)
+    spent = iter([2.0, 5.0, 5.0, 5.0, 5.0])
+    monkeypatch.setattr(report_module, "compile_seconds", lambda: next(spent))
+    report = _report(tmp_path, compile=True)
+    report.start(1.0)
+    assert "compile=true: 2.0 s compiling before the first step" in lines.messages
+    clock = iter([10.0, 14.0])
+    monkeypatch.setattr(report_module.time, "perf_counter", lambda: next(clock))
+    window = torch.tensor([28.0, 14.0, 28.0], dtype=torch.float64)  # 28 samples a rank, 4 ranks
+    report.steps(window, 0.0, epoch=0, batch=2, total=5, step=2, lr=0.05)  # 10 s, 3 of them compiling
+    assert "16 samples/s (+ 3.0 s compiling)" in lines.messages[-1]  # 112 samples / 7 s of stepping
+    elapsed = report.trained(0.0)  # 14 s, the same 3 s of compiling in them
+    report.epoch(1, 2, Totals(6.0, 3.0, 4.0), Totals(6.0, 3.0, 4.0), seen=110.0, elapsed_s=elapsed, lr=0.05)
+    assert "(3.0 s of it compiling)" in lines.messages[-1]
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["compile_s"] == 3.0 and records[0]["samples_per_s"] == 16.0
+    assert records[1]["compile_s"] == 3.0 and records[1]["samples_per_s"] == 10.0  # 110 / 11 s
+
+
+def test_without_compile_nothing_is_subtracted_or_said(tmp_path: Path, lines: pytest.LogCaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchslurm.train import report as report_module
+
+    monkeypatch.setattr(report_module, "compile_seconds", lambda: pytest.fail("read with compile off"))
+    report = _report(tmp_path)
+    report.start(1.0)
+    report.steps(torch.tensor([28.0, 14.0, 28.0], dtype=torch.float64), 0.0, epoch=0, batch=2, total=5, step=2,
+                 lr=0.05)
+    assert "compiling" not in lines.messages[-1]
