@@ -246,7 +246,7 @@ def check_compile(machine: Machine) -> dict[str, Any]:
 def check_tokens(machine: Machine) -> dict[str, Any]:
     out = machine.root / "tokens.json"
     size = [] if machine.gpu else ["--cpu", "--size", "tiny"]
-    args = [*size, "--rounds", "2" if machine.gpu else "1", "--steps", "30" if machine.gpu else "4"]
+    args = [*size, "--rounds", "2" if machine.gpu else "1", "--steps", "120" if machine.gpu else "4"]
     done = subprocess.run([sys.executable, str(HERE / "tokens.py"), *args, "--json", str(out)], capture_output=True,
                           text=True, env=machine.env, timeout=420)
     if done.returncode != 0:

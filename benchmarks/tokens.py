@@ -103,7 +103,8 @@ def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int,
 
 
 def trainer_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int, device: torch.device,
-                 out: Path, ctx: Any) -> None:
+                 out: Path, ctx: Any) -> Callable[[], None]:
+    """The run; what to wait for before its run_dir goes (fit returns while curves.png is drawn)."""
     from torchslurm.train import tasks
     from torchslurm.train.config import TrainConfig
     from torchslurm.train.trainer import Trainer
@@ -112,20 +113,24 @@ def trainer_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: i
     config = TrainConfig(epochs=epochs, batch_size=SIZES[size][5], lr=LR, amp="bf16", grad_clip=CLIP, compile=True,
                          run_dir=out, resume="never", log_every=0, straggler_every=0, keep_last=1)
     flops = model.flops_per_token()  # type: ignore[operator]
-    Trainer(model, optimizer, tasks.token_cross_entropy, data[0], data[1], config, ctx=ctx,
-            task=tasks.language_model(flops)).fit()
+    trainer = Trainer(model, optimizer, tasks.token_cross_entropy, data[0], data[1], config, ctx=ctx,
+                      task=tasks.language_model(flops))
+    trainer.fit()
+    return trainer.curves.wait
 
 
-def timed(run: Callable[[Path], None], device: torch.device) -> tuple[float, float]:
+def timed(run: Callable[[Path], Callable[[], None] | None], device: torch.device) -> tuple[float, float]:
     """(seconds of the whole run less compiling, seconds compiling)."""
     with tempfile.TemporaryDirectory(prefix="tokens-") as tmp:
         if device.type == "cuda":
             torch.cuda.synchronize()
         compiled, started = compile_seconds(), time.perf_counter()
-        run(Path(tmp))
+        settle = run(Path(tmp))
         if device.type == "cuda":
             torch.cuda.synchronize()
         wall, compiling = time.perf_counter() - started, compile_seconds() - compiled
+        if settle is not None:
+            settle()  # outside the timing, before the folder goes
     return wall - compiling, compiling
 
 
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         size = args.size or ("gpt2" if device.type == "cuda" else "small")
         data = token_data(size, args.steps)
         tokens = args.epochs * args.steps * SIZES[size][5] * SIZES[size][3]
-        loops: dict[str, Callable[[Path], None]] = {
+        loops: dict[str, Callable[[Path], Callable[[], None] | None]] = {
             "hand loop": lambda out: hand_loop(size, data, args.epochs, device, out),
             "Trainer": lambda out: trainer_loop(size, data, args.epochs, device, out, ctx),
         }
