@@ -1,0 +1,37 @@
+"""`make gpu-check` cannot rot: its reduced form runs here on the CPU (2 Gloo ranks, bf16 for fp16, the
+small GPT on 256 samples, tokens.py at its tiny size), every check must pass, and the JSON and the
+table it writes must say so. On a GPU the same script is run by hand (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.multiproc
+
+
+def test_the_gpu_check_passes_in_its_reduced_form_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "gpu-check.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "TORCHSLURM_"))}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu", "--json", str(out),
+                           "--dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=1200, env=env,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads(out.read_text())
+    checks = found["checks"]
+    assert list(checks) == ["doctor", "bench", "tokens", "compile", "amp_resume", "fsdp_async_preempt",
+                            "cross_strategy"]
+    assert all(check["ok"] for check in checks.values()), checks
+    assert found["machine"]["ranks"] == 2 and found["machine"]["cuda"] is None
+    assert checks["amp_resume"]["bitwise"] and checks["amp_resume"]["amp"] == "bf16"
+    assert checks["compile"]["ddp"]["bitwise"] and checks["compile"]["fsdp"]["off_then_on"]
+    assert checks["fsdp_async_preempt"]["bitwise"] and checks["fsdp_async_preempt"]["stopped_after_step"] > 8
+    assert checks["tokens"]["tokens_per_s"]["Trainer"] > 0 and checks["tokens"]["ratio"] > 0
+    assert "| compile | ok |" in done.stdout and "| cross_strategy | ok |" in done.stdout
