@@ -15,12 +15,13 @@ on the built-in GPT and text corpus) and says ok or not with its numbers:
 - peak GPU memory per strategy (the epoch records' peak_gpu_memory_mib);
 - tokens: benchmarks/tokens.py, the Trainer against a hand-written loop (GPT-2 small on a GPU).
 
-With one GPU every run is one rank: ddp is then the plain one-process path (the same tensors.pt
-checkpoints) and fsdp shards over a process group of one. On a machine without a GPU (or --cpu) the same
-checks run on the CPU in a reduced form (2 Gloo ranks, bf16 in place of fp16); tests/docs runs that
+Every run is --nproc ranks (default 1: one GPU): with one, ddp is the plain one-process path (the same
+tensors.pt checkpoints) and fsdp shards over a process group of one; with 2 or more GPUs, --nproc 2 runs
+real DDP and FSDP over NCCL. On a machine without a GPU (or --cpu) the same checks run on the CPU in a
+reduced form (bf16 in place of fp16, 128 samples, tokens.py tiny and uncompiled); tests/docs runs that
 in `make test`, so the script cannot rot. Writes a JSON (--json) and prints a short table.
 
-    python benchmarks/gpu_check.py [--cpu] [--json gpu-check.json] [--dir DIR] [--skip tokens,...]
+    python benchmarks/gpu_check.py [--cpu] [--nproc N] [--json gpu-check.json] [--dir DIR] [--only/--skip a,b]
 """
 
 from __future__ import annotations
@@ -53,12 +54,12 @@ class Failed(Exception):
 class Machine:
     """Where the checks run: one GPU rank, or 2 CPU ranks."""
 
-    def __init__(self, cpu: bool, root: Path) -> None:
+    def __init__(self, cpu: bool, root: Path, nproc: int) -> None:
         import torch
 
         self.gpu = torch.cuda.is_available() and not cpu
         self.root = root
-        self.nproc = 1 if self.gpu else 2
+        self.nproc = nproc
         self.fp16 = "fp16" if self.gpu else "bf16"
         self.env = {**os.environ, "TORCHSLURM_CHECK_PERIOD_S": "0", "PYTHONUNBUFFERED": "1",
                     **({} if self.gpu else {"TORCHSLURM_DEVICE": "cpu"})}
@@ -68,7 +69,7 @@ class Machine:
 
     def train_args(self, run_dir: Path, *settings: str) -> list[str]:
         """`torchslurm train` of the GPT on the text corpus into `run_dir`."""
-        size = ("batch_size=64", "max_samples=2048") if self.gpu else ("batch_size=16", "max_samples=256")
+        size = ("batch_size=64", "max_samples=2048") if self.gpu else ("batch_size=16", "max_samples=128")
         return [*TORCHSLURM, "train", "--nproc", str(self.nproc), "dataset=text", "model=gpt", *size, "lr=0.003",
                 "log_every=5", "straggler_every=0", f"run_dir={run_dir}", *settings]
 
@@ -247,8 +248,8 @@ def check_compile(machine: Machine) -> dict[str, Any]:
 
 def check_tokens(machine: Machine) -> dict[str, Any]:
     out = machine.root / "tokens.json"
-    size = [] if machine.gpu else ["--cpu", "--size", "tiny"]
-    args = [*size, "--rounds", "2" if machine.gpu else "1", "--steps", "100" if machine.gpu else "3"]
+    size = [] if machine.gpu else ["--cpu", "--size", "tiny", "--no-compile"]
+    args = [*size, "--rounds", "2" if machine.gpu else "1", "--steps", "100" if machine.gpu else "2"]
     done = subprocess.run([sys.executable, str(HERE / "tokens.py"), *args, "--json", str(out)], capture_output=True,
                           text=True, env=machine.env, timeout=420)
     if done.returncode != 0:
@@ -301,6 +302,7 @@ def work_dir(given: str | None) -> Iterator[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="the reduced form on the CPU even with a GPU")
+    parser.add_argument("--nproc", type=int, default=1, help="ranks of every run (at most one per GPU)")
     parser.add_argument("--json", default="gpu-check.json", help="where the results go")
     parser.add_argument("--dir", help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--only", default="", help="comma-separated checks to run (default: all)")
@@ -310,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [n for n in names if n not in CHECKS]:
         parser.error(f"unknown check(s) {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
     with work_dir(args.dir) as root:
-        machine = Machine(args.cpu, root)
+        machine = Machine(args.cpu, root, args.nproc)
         results = run_checks(machine, names, Path(args.json))
     print(table(machine.facts, results))
     return 0 if all(r["ok"] for r in results.values()) else 1

@@ -70,9 +70,10 @@ def compile_seconds() -> float:
 
 
 def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int, device: torch.device,
-              out: Path) -> None:
+              out: Path, compile: bool) -> None:
     model, optimizer = build(size, device)
-    model = torch.compile(model)  # type: ignore[assignment]
+    if compile:
+        model = torch.compile(model)  # type: ignore[assignment]
     train, val = data
     batch = SIZES[size][5]
     g = torch.Generator().manual_seed(0)
@@ -103,14 +104,14 @@ def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int,
 
 
 def trainer_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int, device: torch.device,
-                 out: Path, ctx: Any) -> Callable[[], None]:
+                 out: Path, ctx: Any, compile: bool) -> Callable[[], None]:
     """The run; what to wait for before its run_dir goes (fit returns while curves.png is drawn)."""
     from torchslurm.train import tasks
     from torchslurm.train.config import TrainConfig
     from torchslurm.train.trainer import Trainer
 
     model, optimizer = build(size, device)
-    config = TrainConfig(epochs=epochs, batch_size=SIZES[size][5], lr=LR, amp="bf16", grad_clip=CLIP, compile=True,
+    config = TrainConfig(epochs=epochs, batch_size=SIZES[size][5], lr=LR, amp="bf16", grad_clip=CLIP, compile=compile,
                          run_dir=out, resume="never", log_every=0, straggler_every=0, keep_last=1)
     flops = model.flops_per_token()  # type: ignore[operator]
     trainer = Trainer(model, optimizer, tasks.token_cross_entropy, data[0], data[1], config, ctx=ctx,
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps per epoch")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--no-compile", dest="compile", action="store_false", help="both loops uncompiled")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
     import torchslurm
@@ -159,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         data = token_data(size, args.steps)
         tokens = args.epochs * args.steps * SIZES[size][5] * SIZES[size][3]
         loops: dict[str, Callable[[Path], Callable[[], None] | None]] = {
-            "hand loop": lambda out: hand_loop(size, data, args.epochs, device, out),
-            "Trainer": lambda out: trainer_loop(size, data, args.epochs, device, out, ctx),
+            "hand loop": lambda out: hand_loop(size, data, args.epochs, device, out, args.compile),
+            "Trainer": lambda out: trainer_loop(size, data, args.epochs, device, out, ctx, args.compile),
         }
         seconds: dict[str, list[float]] = {name: [] for name in loops}
         compiling: dict[str, list[float]] = {name: [] for name in loops}
@@ -177,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     rate = {name: tokens / statistics.median(s) for name, s in seconds.items()}
     peak = peak_flops(device)
     result = {
-        "size": size, "parameters": params, "device": torch.cuda.get_device_name(device) if device.type == "cuda"
-        else "cpu", "torch": torch.__version__, "tokens_per_run": tokens, "rounds": args.rounds,
+        "size": size, "parameters": params, "compile": args.compile,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "torch": torch.__version__,
+        "tokens_per_run": tokens, "rounds": args.rounds,
         "tokens_per_s": rate, "ratio": rate["Trainer"] / rate["hand loop"],
         "compile_s": {name: statistics.median(c) for name, c in compiling.items()},
         "mfu": {name: r * flops / peak for name, r in rate.items()} if peak else None,

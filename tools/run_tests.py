@@ -9,11 +9,13 @@ each leaves the 2-core CI machine partly idle. They share nothing else: only the
 sandbox (its own network namespaces and Slurm), the others loopback and their own temporary folders.
 
     round 1:  tests/cluster (but -m alone)   beside   tests/multiproc tests/docs
+              + the GPU check's CPU form                  (but the GPU check)
     round 2:  tests/cluster -m alone         beside   tests/unit
 
 A cluster test marked `alone` needs its runs to start within a fixed part of a one-minute Slurm time
 limit: it runs beside the unit tests only (one process, one core), never beside ranks that train.
-Round 1's two halves took about as long as each other (22-24 min on the loaded 2-core machine).
+Round 1's cluster half took 22 min beside 27 for the other on the loaded 2-core machine, so the GPU
+check's CPU form (`make gpu-check`'s reduced form: one rank's start-ups, 3-5 min) runs in the cluster half.
 
 The cluster tests' output goes to a log file, shown whole once they finish; the others' streams to the
 terminal. The exit status is non-zero when any run failed.
@@ -35,6 +37,9 @@ NO_TESTS = 5  # pytest's exit status when nothing was collected/selected
 
 def passed(status: int) -> bool:
     return status in (0, NO_TESTS)
+
+
+GPU_CHECK = "tests/docs/test_gpu_check.py"
 
 
 def side_by_side(cluster_args: list[str], other_args: list[str], log: Path) -> tuple[int, int]:
@@ -63,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         log = Path(tmp) / "cluster-tests.log"
         print(f"round 1: the cluster tests (output to {log}, shown after) beside the multiproc and docs tests",
               flush=True)
-        cluster, others = side_by_side(["-m", "not alone"], ["tests/multiproc", "tests/docs"], log)
+        cluster, others = side_by_side([GPU_CHECK, "-m", "not alone"],
+                                       ["tests/multiproc", "tests/docs", f"--ignore={GPU_CHECK}"], log)
         print("\nround 2: the cluster tests marked alone beside the unit tests", flush=True)
         alone, unit = side_by_side(["-m", "alone"], ["tests/unit"], log)
     results = {"cluster": cluster, "multiproc+docs": others, "cluster alone": alone, "unit": unit}

@@ -1,6 +1,7 @@
-"""`make gpu-check` cannot rot: its reduced form runs here on the CPU (2 Gloo ranks, bf16 for fp16, the
-small GPT on 256 samples, tokens.py at its tiny size), every check must pass, and the JSON and the
-table it writes must say so. On a GPU the same script is run by hand (docs/benchmarks.md)."""
+"""`make gpu-check` cannot rot: its reduced form runs here on the CPU (one rank, as on one GPU: ddp the
+one-process path, fsdp over a group of one; bf16 for fp16, the small GPT on 128 samples, tokens.py tiny),
+every check must pass, and the JSON and the table it writes must say so. On a GPU the same script is run
+by hand (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ def test_the_gpu_check_passes_in_its_reduced_form_on_the_cpu(tmp_path: Path) -> 
     assert list(checks) == ["doctor", "bench", "tokens", "compile", "amp_resume", "fsdp_async_preempt",
                             "cross_strategy"]
     assert all(check["ok"] for check in checks.values()), checks
-    assert found["machine"]["ranks"] == 2 and found["machine"]["cuda"] is None
+    assert found["machine"]["ranks"] == 1 and found["machine"]["cuda"] is None
     assert checks["amp_resume"]["bitwise"] and checks["amp_resume"]["amp"] == "bf16"
     assert checks["compile"]["ddp"]["bitwise"] and checks["compile"]["fsdp"]["off_then_on"]
-    assert checks["fsdp_async_preempt"]["bitwise"] and checks["fsdp_async_preempt"]["stopped_after_step"] > 8
+    preempted = checks["fsdp_async_preempt"]
+    assert preempted["bitwise"] and preempted["stopped_after_step"] > 8  # mid-epoch 2
     assert checks["tokens"]["tokens_per_s"]["Trainer"] > 0 and checks["tokens"]["ratio"] > 0
     assert "| compile | ok |" in done.stdout and "| cross_strategy | ok |" in done.stdout
