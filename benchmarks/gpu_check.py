@@ -10,8 +10,8 @@ on the built-in GPT and text corpus) and says ok or not with its numbers:
 - cross_strategy: a ddp checkpoint (tensors.pt) resumed under fsdp, that one resumed under ddp again;
 - fsdp_async_preempt: fsdp, amp=bf16, checkpoint_async=true, SIGUSR2 to the launcher mid-epoch: it stops
   with a checkpoint (exit 75) and the resumed run ends with the weights of an uninterrupted one, bitwise;
-- compile: compile=true under ddp, 1 epoch + 1 resumed = 2 straight (bitwise); under fsdp a compile=false
-  checkpoint resumed with compile=true; checkpoint keys the same as without compile (no `_orig_mod.`);
+- compile: compile=true under ddp, 1 epoch + 1 resumed = 2 straight (bitwise, with deterministic=true);
+  under fsdp a compile=false checkpoint resumed with compile=true; checkpoint keys as without compile;
 - peak GPU memory per strategy (the epoch records' peak_gpu_memory_mib);
 - tokens: benchmarks/tokens.py, the Trainer against a hand-written loop (GPT-2 small on a GPU).
 
@@ -230,7 +230,8 @@ def _stop_mid_epoch(machine: Machine, run_dir: Path, settings: tuple[str, ...], 
 def check_compile(machine: Machine) -> dict[str, Any]:
     """ddp: 1 + 1 resumed epochs against 2 straight, compile on; fsdp: a compile=false epoch resumed with
     compile=true (its units compiled, the same checkpoint keys)."""
-    found: dict[str, Any] = {"ddp": same_as_straight(machine, "compile-ddp", "compile=true", "strategy=ddp")}
+    found: dict[str, Any] = {"ddp": same_as_straight(machine, "compile-ddp", "compile=true", "strategy=ddp",
+                                                     "deterministic=true")}
     across = machine.root / "compile-fsdp"
     machine.train(across, "epochs=1", "compile=false", "strategy=fsdp")
     before = sorted(weights(across))

@@ -1,7 +1,7 @@
 """compile=true: where torch.compile goes under each strategy, how long compiling took, and what it
 needs of the machine (torch-free until it compiles: train.config checks that before any rank starts).
 
-The model is compiled in place (`nn.Module.compile`), never wrapped: its state_dict keys, and so every
+The model is compiled in place (as `nn.Module.compile` does), never wrapped: its state_dict keys, and so every
 checkpoint, are the same with compile on or off, and a run may resume across the two. One process
 compiles the whole model (training and evaluation); DDP its wrapper, so that Dynamo's DDP optimizer
 splits the graph at the gradient buckets and the all-reduces still overlap backward; FSDP2 each

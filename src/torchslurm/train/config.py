@@ -73,6 +73,9 @@ class TrainConfig:
     """Pin host memory for faster copies (used only on CUDA)."""
     seed: int = 0
     """Seeds data order, dropout and every RNG; same seed and world size → same losses."""
+    deterministic: bool = False
+    """torch's deterministic algorithms: bitwise-repeatable runs and resumes on a GPU and with compile=true too
+    (some kernels are slower)."""
     run_dir: Path = Path("runs/latest")
     """Where checkpoints/, metrics.jsonl and curves.png go (shared by all nodes)."""
     checkpoint_every_epochs: int = 1

@@ -4,6 +4,7 @@ masks and augmentations as an uninterrupted one."""
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any, cast
 
@@ -16,6 +17,17 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def make_repeatable(deterministic: bool) -> None:
+    """deterministic=true: torch's deterministic algorithms (a warning where an op has none), so that two
+    runs of the same seed and world size are bitwise the same, compiled ones too (Inductor's kernels that
+    scatter-add with atomics, such as an embedding's backward, otherwise add in a varying order on a GPU
+    and on a CPU with more than one thread). cuBLAS then needs a fixed workspace: set unless
+    CUBLAS_WORKSPACE_CONFIG says otherwise."""
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def rng_state() -> dict[str, Any]:

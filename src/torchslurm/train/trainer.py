@@ -39,7 +39,7 @@ from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption
 from torchslurm.train.preflight import optimizer_problem, run_dir_problem
 from torchslurm.train.report import RunReport
 from torchslurm.train.requeue import Runner, requeues_after_failure
-from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
+from torchslurm.train.rng import make_repeatable, rng_state, seed_everything, set_rng_state
 from torchslurm.train.step import Step, Stepper
 from torchslurm.train.steptime import StepTimes, node_name
 from torchslurm.train.strategy import make_scaler, make_strategy, restore_scaler
@@ -110,6 +110,7 @@ class Trainer:
         self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device
         ConfigError.raise_any([device_problem(config, self.device.type)])
+        make_repeatable(config.deterministic)
         self.model = model.to(self.device)
         self.strategy = make_strategy(self.model, optimizer, config, self.topo)
         self.train_module = self.strategy.train_module

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from torchslurm.train.rng import rng_state, seed_everything, set_rng_state
@@ -33,3 +35,23 @@ def test_seeding_fixes_every_stream_and_different_seeds_differ() -> None:
     assert _draws() == first
     seed_everything(2)
     assert _draws() != first
+
+
+def test_deterministic_turns_torchs_deterministic_algorithms_on_and_fixes_cublas_workspace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchslurm.train.rng import make_repeatable
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        make_repeatable(False)
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        make_repeatable(True)
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        make_repeatable(True)
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"  # the user's own setting stays
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
