@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.unit.train.checkpoint.conftest import sharded_gpt
 from torch import nn
 
 from torchslurm.errors import CheckpointError
-from torchslurm.train import checkpoint, fsdp
+from torchslurm.train import checkpoint
 from torchslurm.train.checkpoint import shards
 from torchslurm.train.checkpoint.layout import FORMAT, MARKER, shard_file
 from torchslurm.train.checkpoint.state import load_into, read_model, split_state
@@ -64,24 +65,9 @@ def test_a_view_into_a_larger_storage_is_written_alone() -> None:
     assert shards.parts({"model.w": whole}, rank=0)["tensors"]["model.w"] is whole  # no copy
 
 
-def _sharded_gpt() -> tuple[nn.Module, torch.optim.Optimizer]:
-    """A GPT sharded by FSDP2 over the one-rank group, after one AdamW step (of made-up gradients: FSDP's
-    first backward in a process costs seconds)."""
-    torch.manual_seed(0)
-    model = GPT(vocab=16, block_size=8, dim=16, layers=1, heads=2)
-    names = {id(p): name for name, p in model.named_parameters()}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    fsdp.shard_model(model)
-    fsdp.rebind_optimizer(optimizer, names, model)
-    for p in model.parameters():
-        p.grad = torch.full_like(p, 0.5)
-    optimizer.step()
-    return model, optimizer
-
-
 @pytest.fixture
 def saved_gpt(one_rank_group: None, tmp_path: Path) -> Iterator[tuple[Path, nn.Module]]:
-    model, optimizer = _sharded_gpt()
+    model, optimizer = sharded_gpt()
     tensors, plain = split_state(model, optimizer)
     yield write(Snapshot(tmp_path, 1, tensors, {"rng": 1}, {"format": FORMAT, "optim_plain": plain}, 2)), model
 
@@ -92,7 +78,7 @@ def test_an_fsdp_checkpoint_is_one_file_a_rank_and_loads_sharded_plain_and_whole
     marker = json.loads((folder / MARKER).read_text())
     assert set(marker["files"]) == {"state.pt", "rank-00000.pt", shard_file(0)} == {"state.pt", "rank-00000.pt",
                                                                                    "shards/tensors-00000.pt"}
-    sharded, sharded_optimizer = _sharded_gpt()
+    sharded, sharded_optimizer = sharded_gpt()
     with torch.no_grad():
         for p in sharded.parameters():
             p.zero_()
