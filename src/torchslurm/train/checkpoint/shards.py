@@ -84,11 +84,13 @@ def written(folder: Path) -> list[Path]:
 
 def read(folder: Path) -> list[dict[str, dict[str, Any]]]:
     """Every saved rank's file of `folder`, memory-mapped: tensors are read as they are copied."""
-    files = [load_plain(path, mmap=True) for path in written(folder)]
-    for path, content in zip(written(folder), files, strict=True):
+    files = []
+    for path in written(folder):
+        content = load_plain(path, mmap=True)
         if not all(isinstance(content.get(name), dict) for name in _PARTS):
             raise CheckpointError(f"checkpoint {path} holds {sorted(content)}, expected the entries {list(_PARTS)}.",
                                   "it was not written by torchslurm; delete this directory.")
+        files.append(content)
     return files
 
 
