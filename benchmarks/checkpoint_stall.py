@@ -9,7 +9,7 @@ The same state (a GPT's model and AdamW state, `--dim`/`--layers` set its size) 
   thread (the time until they are done is reported too: neither bare nor the peers' torch.save
   fsync at all);
 - sync, FSDP shards: the same save of the same state sharded by FSDP2 (`fully_shard` over a
-  process group of this one rank): its shards go through torch.distributed.checkpoint;
+  process group of this one rank): each rank's parts in one torch.save (`checkpoint.shards`);
 - async: the stall only — state dicts, the copy to CPU memory and starting the background
   writer; the write itself overlaps the next steps (its full time is reported too).
 Each is repeated `--rounds` times after `--warmup` untimed rounds, alternating, on the same

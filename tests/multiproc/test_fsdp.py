@@ -91,7 +91,7 @@ def _resume_worker(ctx: Any, out: Path) -> dict[str, Any]:
     if ctx.is_main:  # a shard of the newest checkpoint cut short: resume=auto takes the one before
         shutil.copytree(out / "mid", out / "corrupt")
         newest = checkpoint.complete(out / "corrupt" / "checkpoints")[-1][1]
-        shard = newest / "shards" / "__1_0.distcp"
+        shard = newest / "shards" / "tensors-00001.pt"
         shard.write_bytes(shard.read_bytes()[:100])
     ctx_barrier()
     fallback = _trainer(ctx, out / "corrupt")
@@ -281,7 +281,7 @@ def test_fsdp_trains_resumes_bitwise_and_saves_in_the_background(tmp_path: Path,
     assert r["async_equal"], "background checkpoints changed the training"
     assert r["async_complete"][-1] == Path(r["async_checkpoint"]).name  # the last one was waited for
     assert r["fallback_equal"]
-    assert "skipping corrupt checkpoint" in r["log"] and "__1_0.distcp" in r["log"]
+    assert "skipping corrupt checkpoint" in r["log"] and "tensors-00001.pt" in r["log"]
     record = json.loads(r["records"])
     assert {"val_perplexity", "tokens_per_s", "flops_per_s"} <= record.keys()
 
@@ -296,7 +296,8 @@ def test_checkpoint_of_four_ranks_loads_on_two_and_three(tmp_path: Path) -> None
 
 def test_a_ddp_checkpoint_resumes_under_fsdp_and_an_fsdp_one_under_ddp(tmp_path: Path) -> None:
     r = _launch(2, "switch", tmp_path)
-    for case, expected_files in (("ddp to fsdp", {"tensors.pt"}), ("fsdp to ddp", {"shards/.metadata"})):
+    for case, expected_files in (("ddp to fsdp", {"tensors.pt"}),
+                                 ("fsdp to ddp", {"shards/tensors-00000.pt", "shards/tensors-00001.pt"})):
         assert r[case]["resumed"] == [True, 5], case
         assert r[case]["equal"], f"{case}: model or optimizer state differs after the resume"
         assert expected_files <= set(r[case]["files"]), r[case]["files"]

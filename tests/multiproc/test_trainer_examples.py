@@ -134,7 +134,7 @@ def test_own_model_trains_under_ddp_and_fsdp_and_its_weights_come_back_out(tmp_p
         assert "validation loss" in ranks[0][1] and "Perplexity" in ranks[0][2], ranks[0][1][-2000:]
     (_, ddp_step), (_, fsdp_step) = (checkpoint.complete(runs[s] / "checkpoints")[-1] for s in ("ddp", "fsdp"))
     assert (ddp_step / "tensors.pt").is_file() and sorted(p.name for p in (fsdp_step / "shards").iterdir()) == [
-        ".metadata", "__0_0.distcp", "__1_0.distcp"]
+        "tensors-00000.pt", "tensors-00001.pt"]
     example = _example("own_model")
     models = {strategy: example.TinyCausalLM() for strategy in runs}
     for strategy, model in models.items():

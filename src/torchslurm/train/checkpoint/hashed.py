@@ -11,7 +11,6 @@ must be on disk (checkpoint.writer).
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 import torch
-from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.utils.serialization import config as serialization_config
 
 from torchslurm.runtime.safefiles import open_write
@@ -80,12 +78,6 @@ class HashingWriter(io.RawIOBase):
         self._write_small()
         self._file.flush()
 
-    def fileno(self) -> int:
-        # DCP fsyncs `fileno()` right after its last write (its metadata without a flush): flush here
-        # so that the fsync covers every byte
-        self.flush()
-        return self._file.fileno()
-
     def close(self) -> None:  # the file is closed by whoever opened it
         self.flush()
         super().close()
@@ -93,33 +85,6 @@ class HashingWriter(io.RawIOBase):
     def hexdigest(self) -> str:
         self._write_small()
         return self._digest.hexdigest()
-
-
-class HashingFileSystem(FileSystem):
-    """DCP's local file system, recording the checksum of every file it writes in `digests`
-    (file name -> checksum; a renamed file keeps its checksum under the new name)."""
-
-    def __init__(self, pool: ThreadPoolExecutor | None = None) -> None:
-        super().__init__()
-        self.digests: dict[str, str] = {}
-        self._pool = pool
-
-    @contextmanager
-    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[io.IOBase]:
-        if "w" not in mode:
-            with super().create_stream(path, mode) as stream:
-                yield stream
-            return
-        with open_write(Path(path), mode) as file:
-            writer = HashingWriter(file, self._pool)
-            yield writer
-            writer.flush()
-        self.digests[Path(path).name] = writer.hexdigest()
-
-    def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
-        super().rename(path, new_path)
-        if Path(path).name in self.digests:
-            self.digests[Path(new_path).name] = self.digests.pop(Path(path).name)
 
 
 @contextmanager

@@ -6,7 +6,8 @@
       state.pt                 rank 0: position, scaler, scheduler, config, the optimizer's settings
       rank-00000.pt            each rank's RNG states and metric sums
       tensors.pt               DDP or one process: model and optimizer tensors, one torch.save by rank 0
-      shards/                  FSDP: the same tensors by torch.distributed.checkpoint, each rank its shard
+      shards/                  FSDP: the same tensors, each rank its parts in tensors-<rank>.pt (earlier
+                               releases: torch.distributed.checkpoint's .metadata and *.distcp files)
     <root>/.staging-<step>-<attempt>/   a checkpoint being written; renamed to step-N when complete
     <root>/.trash-*                     old checkpoints being deleted
     <root>/.torchslurm-run.lock         the run that owns the folder (checkpoint.lock)
@@ -36,6 +37,8 @@ STATE_FILE = "state.pt"
 MARKER = "COMPLETE"
 TENSORS_FILE = "tensors.pt"
 SHARDS = "shards"
+SHARD_FILES = "tensors-*.pt"
+"""The files of shards/, one per rank (`shard_file`)."""
 LOCK = ".torchslurm-run.lock"
 _STEP_DIR = re.compile(r"step-([0-9]+)")
 
@@ -62,6 +65,11 @@ def own_folder(path: Path) -> None:
 
 def rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.pt"
+
+
+def shard_file(rank: int) -> str:
+    """Rank `rank`'s parts of FSDP's sharded tensors, relative to the checkpoint's folder."""
+    return f"{SHARDS}/{SHARD_FILES.replace('*', f'{rank:05d}')}"
 
 
 def folder_of(path: Path) -> Path:

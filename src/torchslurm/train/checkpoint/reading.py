@@ -42,10 +42,11 @@ def load(path: Path, map_location: str | torch.device = "cpu", verify: bool = Tr
     return load_plain(state_file, map_location)
 
 
-def load_plain(state_file: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """A dict of tensors and plain types from one file, never unpickling anything else."""
+def load_plain(state_file: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """A dict of tensors and plain types from one file, never unpickling anything else (`mmap`: its
+    tensors mapped from the file, read as they are used)."""
     try:
-        state = torch.load(state_file, map_location=map_location, weights_only=True)
+        state = torch.load(state_file, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:  # torch raises many types (pickle, zip, RuntimeError) for bad files
         raise CheckpointError(
             f"checkpoint {state_file} could not be loaded with weights_only=True: {_reason(exc)}.",

@@ -3,7 +3,8 @@ inference or fine-tuning (`load_model`), or into one plain state_dict file (`exp
 `torchslurm export RUN_DIR out.pt`).
 
 Either layout loads: `tensors.pt` (DDP or one process; its `model.` entries, not the optimizer's)
-and FSDP's `shards/` (read whole through DCP's no-process-group path, checkpoint.state.read_model),
+and FSDP's `shards/` (every rank's parts put together in this process, checkpoint.state.read_model;
+or, as earlier releases wrote them, through DCP's no-process-group path),
 as well as the single-file checkpoints of the first release. The checkpoint is the newest whose
 checksums verify (a corrupt newer one is skipped with a warning), or the step-N folder named.
 """

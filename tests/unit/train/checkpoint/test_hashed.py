@@ -40,11 +40,3 @@ def test_files_saved_without_record_crc32s_still_load(tmp_path: Path) -> None:
         digest = hashed.save({"w": torch.ones(4)}, tmp_path / "fast.pt")
     assert digest == integrity.of_file(tmp_path / "fast.pt", integrity.Crc32())
     assert torch.equal(torch.load(tmp_path / "fast.pt", weights_only=True)["w"], torch.ones(4))
-
-
-def test_the_file_system_keeps_a_files_checksum_across_a_rename(tmp_path: Path) -> None:
-    fs = hashed.HashingFileSystem()
-    with fs.create_stream(tmp_path / "a.tmp", "wb") as stream:
-        stream.write(b"shard bytes")
-    fs.rename(tmp_path / "a.tmp", tmp_path / "a.distcp")
-    assert fs.digests == {"a.distcp": integrity.of_file(tmp_path / "a.distcp", integrity.Crc32())}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.unit.train.checkpoint.conftest import sharded_gpt
 from torch import nn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
@@ -129,6 +130,27 @@ def test_split_state_of_a_plain_module_equals_dcps_get_state_dict(case: str) -> 
         for key, value in reference.items():
             if isinstance(value, torch.Tensor):  # the live tensors, not copies
                 assert torch.equal(mine[key], value) and mine[key].data_ptr() == value.data_ptr(), key
+            else:
+                assert mine[key] == value, key
+
+
+def test_split_state_of_an_fsdp2_module_equals_dcps_get_state_dict(one_rank_group: None) -> None:
+    """fully_shard renames nothing: the direct path holds the same DTensors (the live local shards) under
+    the same names as get_state_dict."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.tensor import DTensor
+
+    model, optimizer = sharded_gpt()
+    ours = _plain_state_dict(model, optimizer)
+    assert ours is not None
+    for mine, reference in zip(ours, get_state_dict(model, optimizer, options=_FLAT), strict=True):
+        assert list(mine) == list(reference)
+        for key, value in reference.items():
+            if isinstance(value, DTensor):
+                assert isinstance(mine[key], DTensor) and mine[key].placements == value.placements, key
+                assert mine[key].to_local().data_ptr() == value.to_local().data_ptr(), key
+            elif isinstance(value, torch.Tensor):
+                assert mine[key].data_ptr() == value.data_ptr(), key
             else:
                 assert mine[key] == value, key
 
