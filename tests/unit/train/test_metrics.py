@@ -128,17 +128,6 @@ def test_a_long_run_redraws_in_the_background_at_most_once_per_interval(tmp_path
     assert drawn == [[1], [1, 2]]
 
 
-def test_a_failing_draw_is_a_warning_not_a_failed_run(tmp_path: Path, caplog: Any) -> None:
-    def broken(recs: list[Mapping[str, Any]], path: Path) -> None:
-        raise OSError("No space left on device")
-
-    plotter = CurvePlotter(tmp_path / "curves.png", lambda: [_epoch(1)], draw=broken)
-    plotter.update()
-    plotter.close()
-    plotter.wait()
-    assert "could not draw" in caplog.text and "No space left on device" in caplog.text
-
-
 def test_plot_curves_writes_a_png_named_after_the_run(tmp_path: Path) -> None:
     run = tmp_path / "my-run"
     run.mkdir()
