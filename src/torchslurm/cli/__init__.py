@@ -102,6 +102,8 @@ def setup_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`torchslurm ARGS…` (sys.argv without `argv`); returns the exit code. Without `argv` (the program
+    itself) a subcommand may end the process at once with that code (its parser's `exit_process`)."""
     parser = build_parser(commands_needed(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
     extra = _settings_anywhere(args, extra)
@@ -125,6 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for hints that quote the command
     setup_logging(args.verbose)
+    code = _handle(args)
+    if argv is None and getattr(args, "exit_process", None):  # the program itself, not a call from Python
+        args.exit_process(code)
+    return code
+
+
+def _handle(args: argparse.Namespace) -> int:
     try:
         return int(args.handler(args))
     except TorchSlurmError as exc:
