@@ -132,7 +132,7 @@ def test_bash_syntax_reads_the_script_as_the_utf8_it_is_written_in_whatever_the_
     (here,) = bash_syntax(script)
     assert here.message.endswith("bash: line 2: `echo 'caf\u00e9' )'")
     package = Path(torchslurm.__file__).parents[1]
-    code = (f"from torchslurm.jobs.asked import bash_syntax; (f,) = bash_syntax({ascii(script)}); "
+    code = (f"from torchslurm.jobs.asked import bash_syntax; (f,) = bash_syntax({script!a}); "
             "print(ascii(f.message))")
     environ = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0", "PYTHONPATH": str(package)}
     done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60)

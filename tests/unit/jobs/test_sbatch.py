@@ -93,6 +93,21 @@ def test_torchrun_mode_meets_on_the_first_node_of_a_job_of_any_size(tmp_path: Pa
 
 
 @pytest.mark.parametrize("launch", ["srun", "torchrun"])
+def test_a_sweep_adds_its_lines_before_the_launch_and_its_words_after_the_args(launch: str) -> None:
+    """What a job array of a sweep adds (jobs.sweepscript): its lines, after a blank one, just before the
+    launch, and its shell words after the script's args, one space apart; the rest of the script unchanged."""
+    spec = JobSpec(script="t.py", args=["--x", "1"], launch=launch, nproc_per_node=2 if launch == "torchrun" else None)
+    plain = render(spec).split("\n")
+    assert render(spec, (), "") == "\n".join(plain)
+    first = next(i for i, line in enumerate(plain) if line.startswith("# one "))
+    assert plain[first - 1] == ""
+    expected = [*plain[:first - 1], "", "p=(--lr 0.1)", "# the point", *plain[first - 1:]]
+    (last,) = [i for i, line in enumerate(expected) if line.endswith(" t.py --x 1 || status=$?")]
+    expected[last] = expected[last].replace(" t.py --x 1 ", ' t.py --x 1 "${p[@]}" ')
+    assert render(spec, ["p=(--lr 0.1)", "# the point"], '"${p[@]}"') == "\n".join(expected)
+
+
+@pytest.mark.parametrize("launch", ["srun", "torchrun"])
 def test_cpus_per_task_reaches_the_srun_steps_on_every_slurm_version(launch: str) -> None:
     """Slurm >= 22.05: srun takes --cpus-per-task from SRUN_CPUS_PER_TASK, not from the allocation."""
     text = render(JobSpec(script="t.py", launch=launch, cpus_per_task=6))
