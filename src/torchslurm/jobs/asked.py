@@ -23,6 +23,8 @@ from torchslurm.jobs.spelling import Spelling, flag
 
 # Fields that only matter for a preemptible job (sbatch.directives renders them only then).
 PREEMPTION_FIELDS = ("signal", "grace_s", "requeue", "max_requeues")
+BASH_CHECK_TIMEOUT_S = 30.0
+"""How long `bash -n` may take on a script before the check gives up (and says nothing)."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,9 @@ def bash_syntax(script_text: str) -> list[Finding]:
     """`bash -n` on the script: a syntax error found now, not after the job waited in the queue."""
     try:
         result = subprocess.run(["bash", "-n"], input=script_text, capture_output=True, encoding="utf-8",
-                                errors="replace", timeout=30)  # an encoding: text in and out
+                                errors="replace", timeout=BASH_CHECK_TIMEOUT_S)  # the UTF-8 the script is written in
     except (OSError, subprocess.TimeoutExpired):
-        return []  # no bash here: sbatch's node will say it
+        return []  # no bash here, or a stuck one: sbatch's node will say it
     if result.returncode == 0:
         return []
     said = " ".join(line.strip() for line in result.stderr.splitlines() if line.strip())

@@ -211,7 +211,9 @@ def _torchrun_lines(spec: JobSpec, tail: str) -> list[str]:
     return [
         f"# one task per node, each running torchrun's agent ({AGENT_MODULE}: torch.distributed.run",
         "# with a quiet end after a stop) with a rendezvous on the first node at a port drawn from this run's secret",
-        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+        # sed reads every name: `| head -n1` would exit at the first and, when scontrol writes more than one
+        # buffer (hundreds of nodes), stop it with SIGPIPE; under pipefail that status would end the script
+        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         f"port={SECRET_PORT_EXPR}",
         _torchrun_command(srun, wrap, agent, spec, tail),
     ]

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import torchslurm
+from torchslurm.jobs import asked as asked_module
 from torchslurm.jobs import spec as jobspec
 from torchslurm.jobs.asked import (
     Asked,
@@ -116,6 +123,33 @@ def test_bash_syntax_says_what_bash_said_in_one_line() -> None:
                              "token `)' bash: line 2: `echo )'")
     assert found.hint == ("check the setup lines for an unbalanced quote or bracket; `torchslurm script --force ...` "
                           "prints the script anyway")
+
+
+def test_bash_syntax_reads_the_script_as_the_utf8_it_is_written_in_whatever_the_locale() -> None:
+    """A submit from a shell whose locale is not UTF-8 (here: C, with Python's UTF-8 mode off) checks the same
+    bytes that go into the script file, and shows bash's words as bash wrote them."""
+    script = "#!/bin/bash\necho 'caf\u00e9' )\n"
+    (here,) = bash_syntax(script)
+    assert here.message.endswith("bash: line 2: `echo 'caf\u00e9' )'")
+    package = Path(torchslurm.__file__).parents[1]
+    code = (f"from torchslurm.jobs.asked import bash_syntax; (f,) = bash_syntax({script!a}); "
+            "print(ascii(f.message))")
+    environ = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0", "PYTHONPATH": str(package)}
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ascii(here.message)
+
+
+def test_a_bash_that_hangs_gives_no_finding_after_the_time_limit(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check is a courtesy: a stuck `bash -n` (a wedged file system, a broken bash) must not hang the
+    submit; sbatch's node says what is wrong with the script instead."""
+    stuck = tmp_path / "bash"
+    stuck.write_text("#!/bin/sh\nexec sleep 120\n")
+    stuck.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(asked_module, "BASH_CHECK_TIMEOUT_S", 0.2)
+    assert bash_syntax("#!/bin/bash\necho )\n") == []
 
 
 def test_bash_syntax_takes_any_text() -> None:

@@ -72,7 +72,39 @@ def test_torchrun_mode_one_task_per_node() -> None:
     assert directives(spec)["ntasks-per-node"] == "1"
     assert "--nproc-per-node=4 --rdzv-backend=c10d" in text
     assert '--rdzv-endpoint="$head:$port" --rdzv-id="$SLURM_JOB_ID"' in text
-    assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in text
+    assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)' in text
+
+
+def test_torchrun_mode_meets_on_the_first_node_of_a_job_of_any_size(tmp_path: Path) -> None:
+    """The script runs under `set -eo pipefail`: the first host name must be taken without stopping scontrol
+    part-way. `| head -n1` exits after the first line; once scontrol's list is longer than what head reads at
+    once (a job of many nodes), scontrol's next write gets SIGPIPE, and the script ended with 141 before srun."""
+    script = tmp_path / "job.sbatch"
+    script.write_text(render(JobSpec(script="t.py", nodes=2, launch="torchrun", nproc_per_node=2)))
+    fakes = ("scontrol() { seq -f 'node%g' 1 200000; }; srun() { printf '%s\\n' \"$@\" > argv; }; "
+             "export -f scontrol srun; bash job.sbatch")
+    environ = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "SLURM_NNODES": "2",
+               "SLURM_JOB_NODELIST": "node[1-200000]"}
+    done = subprocess.run(["bash", "-c", fakes], cwd=tmp_path, env=environ, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    endpoint = [a for a in (tmp_path / "argv").read_text().splitlines() if a.startswith("--rdzv-endpoint=")]
+    assert [a.rpartition(":")[0] for a in endpoint] == ["--rdzv-endpoint=node1"]
+
+
+@pytest.mark.parametrize("launch", ["srun", "torchrun"])
+def test_a_sweep_adds_its_lines_before_the_launch_and_its_words_after_the_args(launch: str) -> None:
+    """What a job array of a sweep adds (jobs.sweepscript): its lines, after a blank one, just before the
+    launch, and its shell words after the script's args, one space apart; the rest of the script unchanged."""
+    spec = JobSpec(script="t.py", args=["--x", "1"], launch=launch, nproc_per_node=2 if launch == "torchrun" else None)
+    plain = render(spec).split("\n")
+    assert render(spec, (), "") == "\n".join(plain)
+    first = next(i for i, line in enumerate(plain) if line.startswith("# one "))
+    assert plain[first - 1] == ""
+    expected = [*plain[:first - 1], "", "p=(--lr 0.1)", "# the point", *plain[first - 1:]]
+    (last,) = [i for i, line in enumerate(expected) if line.endswith(" t.py --x 1 || status=$?")]
+    expected[last] = expected[last].replace(" t.py --x 1 ", ' t.py --x 1 "${p[@]}" ')
+    assert render(spec, ["p=(--lr 0.1)", "# the point"], '"${p[@]}"') == "\n".join(expected)
 
 
 @pytest.mark.parametrize("launch", ["srun", "torchrun"])

@@ -137,6 +137,19 @@ def test_text_that_cannot_be_utf8_is_refused() -> None:
         JobSpec(script="train.py", nic="\ud800")
 
 
+def test_a_setup_line_that_cannot_be_written_is_refused_naming_setup() -> None:
+    with pytest.raises(ConfigError) as surrogate:
+        JobSpec(script="t.py", setup=["module load x", "module load \udcff"])
+    assert str(surrogate.value) == ("setup='module load \\udcff' holds '\\udcff', which cannot be written as UTF-8 "
+                                    "into a job script. HINT: give setup as plain text; file names must decode as "
+                                    "UTF-8.")
+    with pytest.raises(ConfigError) as line_break:
+        JobSpec(script="t.py", setup=["module load x\nmodule load y"])
+    assert str(line_break.value) == ("setup='module load x\\nmodule load y' contains '\\n'; a job script line cannot "
+                                     "hold it safely. HINT: remove the line break from setup (for several setup lines "
+                                     "give a list).")
+
+
 def test_every_invalid_field_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as raised:
         JobSpec(script="t.py", nodes=0, time="abc", launch="mpirun", mem="lots", name="a/b")

@@ -16,8 +16,16 @@ def test_the_decorator_makes_the_check_a_rule_that_returns_its_flags() -> None:
         return [Flag("info", f"{len(x.script.launches)} launch(es)", "none needed")]
 
     script = parse("#!/bin/bash\nsrun python t.py\n")
-    assert isinstance(always, Rule) and (always.code, always.severities, always.supersedes) == ("always", ("info",), ())
+    assert isinstance(always, Rule) and (always.code, always.severities, always.summary, always.supersedes) == (
+        "always", ("info",), "always says so.", ())
     assert always(Facts(script, Allocation.of(script.directives))) == [Flag("info", "1 launch(es)", "none needed")]
+
+    @rule("better", ("error",), "says it better.", supersedes=("always",))
+    def better(x: Facts) -> list[Flag]:
+        return []
+
+    assert (better.code, better.severities, better.summary, better.supersedes) == (
+        "better", ("error",), "says it better.", ("always",))
 
 
 def test_rules_in_takes_each_modules_own_rules_in_order_not_the_ones_it_imports() -> None:

@@ -14,6 +14,7 @@ H = "#!/bin/bash\n"
     ("export OMP_NUM_THREADS= 8", "line 3: `OMP_NUM_THREADS= 8` has a space"),  # export: always a value
     ("CUDA_VISIBLE_DEVICES= python t.py", None),  # an empty variable for one command: on purpose
     ("X=1 Y= $Z", "line 3: `Y= $Z`"),
+    ("export EXTRA=--opt= PATH", None),  # a value that ends in `=` is not an empty one
 ])
 def test_assign_space(line: str, flagged: str | None) -> None:
     found = [f.message for f in lint(f"{H}#SBATCH -N 1\n{line}\n") if f.code == "assign-space"]

@@ -143,7 +143,9 @@ def test_a_job_secret_that_is_not_one_is_refused(value: str) -> None:
 def test_a_job_secret_is_16_or_more_lower_case_hex_digits() -> None:
     assert ports.job_secret({}) is None
     assert ports.job_secret({ports.JOB_SECRET: "0123456789abcdef"}) == "0123456789abcdef"
-    for bad in ("0123456789abcde", "0123456789ABCDEF", "0123456789abcdeg", "x" * 50):
+    # a hex prefix, in either case, is not a hex digit
+    for bad in ("0123456789abcde", "0123456789ABCDEF", "0123456789abcdeg", "x" * 50, "0X0123456789abcdef",
+                "0x0123456789abcdef"):
         with pytest.raises(EnvError) as info:
             ports.job_secret({ports.JOB_SECRET: bad})
         assert str(info.value) == (

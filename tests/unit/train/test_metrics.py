@@ -223,6 +223,52 @@ def test_curves_without_a_second_metric_leave_its_panel_empty(tmp_path: Path, sa
     assert len(saved) == 1 and not (tmp_path / "none.png").exists()
 
 
+def test_curves_of_a_one_epoch_run_read_its_only_record(tmp_path: Path, saved: list[Any]) -> None:
+    """A smoke run of one epoch: the metric and the throughput unit come from the last epoch, its only one."""
+    records = [_run_record(1, train_perplexity=30.0, val_perplexity=40.0, tokens_per_s=1e4,
+                           tokens_per_s_per_rank=5e3)]
+    plot_curves(records, tmp_path / "curves.png")
+    ((fig, _),) = saved
+    assert fig.get_suptitle() == f"{tmp_path.name}: 1 epoch(s)"
+    _, metric, throughput = (_panel(ax) for ax in fig.axes)
+    assert metric == ("perplexity", "epoch", [("train", [1], [30.0], "o"), ("validation", [1], [40.0], "o")],
+                      ["train", "validation"])
+    assert throughput == ("throughput (tokens/s)", "epoch", [("global", [1], [1e4], "o"),
+                                                             ("per rank", [1], [5e3], "o")], ["global", "per rank"])
+
+
+class _Trackers:
+    """What MetricsLog hands its W&B/MLflow runs (train.trackers.Trackers' interface)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def start(self) -> None:
+        self.calls.append(("start", None))
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self.calls.append(("write", dict(record)))
+
+    def close(self, failed: bool) -> None:
+        self.calls.append(("close", failed))
+
+
+def test_the_trackers_runs_last_while_the_log_is_entered_and_end_failed_when_the_training_raised(
+        tmp_path: Path) -> None:
+    trackers = _Trackers()
+    with MetricsLog(tmp_path / "metrics.jsonl", trackers=trackers) as log:  # type: ignore[arg-type]
+        log.append({"kind": "step", "step": 1})
+    assert trackers.calls == [("start", None), ("write", {"kind": "step", "step": 1}), ("close", False)]
+    trackers.calls.clear()
+    with pytest.raises(RuntimeError, match="diverged"), \
+            MetricsLog(tmp_path / "metrics.jsonl", trackers=trackers):  # type: ignore[arg-type]
+        raise RuntimeError("diverged")
+    assert trackers.calls == [("start", None), ("close", True)]
+    trackers.calls.clear()
+    MetricsLog(tmp_path / "metrics.jsonl", trackers=trackers).close()  # type: ignore[arg-type]
+    assert trackers.calls == [("close", False)]
+
+
 class _Events:
     """What MetricsLog hands its TensorBoard writer (train.events.EventWriter's interface)."""
 
