@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps per epoch")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="rounds run first and left out (the first loop to run pays the cold start: "
+                             "kernels, autotuning, allocator; Dynamo's compile time does not count all of it)")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="both loops uncompiled")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
@@ -166,12 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         seconds: dict[str, list[float]] = {name: [] for name in loops}
         compiling: dict[str, list[float]] = {name: [] for name in loops}
-        for r in range(args.rounds):
+        for r in range(-args.warmup, args.rounds):
             for name in (list(loops) if r % 2 == 0 else list(reversed(loops))):
                 s, c = timed(loops[name], device)
-                seconds[name].append(s)
-                compiling[name].append(c)
-                print(f"round {r} {name}: {tokens / s:,.0f} tokens/s ({s:.2f} s + {c:.1f} s compiling)",
+                if r >= 0:
+                    seconds[name].append(s)
+                    compiling[name].append(c)
+                label = f"round {r}" if r >= 0 else "warm-up"
+                print(f"{label} {name}: {tokens / s:,.0f} tokens/s ({s:.2f} s + {c:.1f} s compiling)",
                       file=sys.stderr, flush=True)
         model, _ = build(size, device)
         flops = model.flops_per_token()  # type: ignore[operator]
@@ -181,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "size": size, "parameters": params, "compile": args.compile,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "torch": torch.__version__,
-        "tokens_per_run": tokens, "rounds": args.rounds,
+        "tokens_per_run": tokens, "rounds": args.rounds, "warmup_rounds": args.warmup,
         "tokens_per_s": rate, "ratio": rate["Trainer"] / rate["hand loop"],
         "compile_s": {name: statistics.median(c) for name, c in compiling.items()},
         "mfu": {name: r * flops / peak for name, r in rate.items()} if peak else None,

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTEST = [sys.executable, "-m", "pytest"]
+PYTEST = [sys.executable, "-m", "pytest", "--durations=15"]  # the slowest tests of each run, for CI's time budget
 NO_TESTS = 5  # pytest's exit status when nothing was collected/selected
 
 
