@@ -250,7 +250,7 @@ def check_compile(machine: Machine) -> dict[str, Any]:
 def check_tokens(machine: Machine) -> dict[str, Any]:
     out = machine.root / "tokens.json"
     size = [] if machine.gpu else ["--cpu", "--size", "tiny", "--no-compile"]
-    rounds = ["--rounds", "2", "--warmup", "1", "--steps", "70"] if machine.gpu else ["--rounds", "1", "--warmup", "0",
+    rounds = ["--rounds", "2", "--warmup", "1", "--steps", "50"] if machine.gpu else ["--rounds", "1", "--warmup", "0",
                                                                                    "--steps", "2"]
     args = [*size, *rounds]
     done = subprocess.run([sys.executable, str(HERE / "tokens.py"), *args, "--json", str(out)], capture_output=True,
