@@ -9,7 +9,12 @@ drift in machine load hits both alike; after --warmup untimed pairs, the median 
 pairs and the ratio of the medians (goal: at most 1.05). Side figure: `torchslurm --help` against
 `python -c pass`, interleaved the same way. A benchmark: it reports, asserts nothing.
 
-    python benchmarks/launch.py [--rounds 5] [--warmup 1] [--nproc 2]
+The timed commands run with Python's bytecode cache: PYTHONDONTWRITEBYTECODE is taken out of their
+environment, so the warm-up writes torchslurm's .pyc files as installing it does (torch's came with its
+wheel). With it set, every start compiles torchslurm's modules again, in the launcher and in each rank
+(about 0.1 s of the launcher's on a busy 2-core machine); --as-set keeps the environment as it is.
+
+    python benchmarks/launch.py [--rounds 5] [--warmup 1] [--nproc 2] [--as-set]
 """
 
 from __future__ import annotations
@@ -47,11 +52,16 @@ def torchslurm_command() -> list[str]:
     return [found]
 
 
-def time_once(command: list[str], timeout: float, tail: int) -> float:
+def timed_environ(environ: dict[str, str], as_set: bool) -> dict[str, str]:
+    """The timed commands' environment: `environ`, without PYTHONDONTWRITEBYTECODE unless `as_set`."""
+    return dict(environ) if as_set else {k: v for k, v in environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def time_once(command: list[str], timeout: float, tail: int, environ: dict[str, str] | None = None) -> float:
     """Seconds from start to exit of `command`; CommandFailed (with its output's tail) if it fails."""
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environ)
     except subprocess.TimeoutExpired as exc:
         raise CommandFailed(f"`{' '.join(command)}` ran past --timeout {timeout} s") from exc
     elapsed = time.perf_counter() - started
@@ -66,7 +76,8 @@ def interleaved(a: list[str], b: list[str], args: argparse.Namespace) -> tuple[l
     times_a, times_b = [], []
     for i in range(args.warmup + args.rounds):
         first, second = (a, b) if i % 2 == 0 else (b, a)
-        t_first, t_second = time_once(first, args.timeout, args.tail), time_once(second, args.timeout, args.tail)
+        t_first = time_once(first, args.timeout, args.tail, args.environ)
+        t_second = time_once(second, args.timeout, args.tail, args.environ)
         t_a, t_b = (t_first, t_second) if first is a else (t_second, t_first)
         if i >= args.warmup:
             times_a.append(t_a)
@@ -108,7 +119,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--nproc", type=int, default=2, help="local ranks per launch (default 2)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds one command may take (default 300)")
     parser.add_argument("--tail", type=int, default=30, help="lines of a failed command's output to show")
+    parser.add_argument("--as-set", action="store_true",
+                        help="keep PYTHONDONTWRITEBYTECODE if set (every start compiles torchslurm's modules)")
     args = parser.parse_args(argv)
+    args.environ = timed_environ(dict(os.environ), args.as_set)
     if args.rounds < 1 or args.warmup < 0 or args.nproc < 1:
         parser.error("expected --rounds >= 1, --warmup >= 0 and --nproc >= 1")
     return args
@@ -123,12 +137,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     str(args.nproc), str(SCRIPT)]
         print(f"launch: {args.nproc} local ranks, init + one DDP step ({SCRIPT.name}), {args.rounds} pairs after "
               f"{args.warmup} warm-up\n{machine_line()}")
+        cache = "off (PYTHONDONTWRITEBYTECODE, --as-set)" if "PYTHONDONTWRITEBYTECODE" in args.environ else "on"
+        print(f"bytecode cache: {cache}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"\n{' '.join(ours)}\n  vs {' '.join(torchrun)}")
         launch = report("torchslurm run", "torchrun", *interleaved(ours, torchrun, args))
         print(f"  goal: ratio <= {GOAL_RATIO}: {'met' if launch <= GOAL_RATIO else 'NOT met'}")
         print(f"\nside figure: {' '.join(cli)} --help vs {sys.executable} -c pass")
         report("torchslurm --help", "python -c pass", *interleaved([*cli, "--help"], [sys.executable, "-c", "pass"],
                                                                    args))
+        print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     except CommandFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -4,6 +4,8 @@ was given, what was expected and a HINT, before any rank starts (also for --dry-
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 
 from torchslurm.cli import main
+from torchslurm.cli import run as run_command
 from torchslurm.runtime import launch
 
 Run = Callable[..., tuple[int, str, str]]
@@ -288,3 +291,34 @@ def test_a_run_dir_that_cannot_be_created_is_refused_even_where_permission_bits_
 def test_a_dry_run_leaves_no_run_dir_behind(cli: Run, tmp_path: Path) -> None:
     code, _, _ = cli("train", "--dry-run", f"run_dir={tmp_path / 'a' / 'b'}")
     assert code == 0 and not (tmp_path / "a").exists()
+
+
+# ---- the end of the program -------------------------------------------------------------
+
+EXIT_PROCESS = """
+import atexit, sys, threading, time
+from torchslurm.cli.run import exit_process
+atexit.register(lambda: print("atexit ran"))
+threading.Thread(target=lambda: (time.sleep(0.2), print("thread finished"))).start()
+sys.stdout.write("buffered, no newline; ")
+exit_process(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3, 130])
+def test_exit_process_ends_with_the_code_after_what_pythons_exit_does_first(code: int) -> None:
+    done = subprocess.run([sys.executable, "-c", EXIT_PROCESS, str(code)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (code, "")
+    assert done.stdout == "buffered, no newline; thread finished\natexit ran\n"
+
+
+def test_the_program_ends_its_own_process_and_a_call_from_python_returns(cli: Run, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    ended: list[int] = []
+    monkeypatch.setattr(run_command, "exit_process", ended.append)
+    assert cli("run", "--dry-run", "ok.py")[0] == 0 and ended == []
+    monkeypatch.setattr(sys, "argv", ["torchslurm", "run", "--dry-run", "ok.py"])
+    assert main() == 0 and ended == [0]
+    monkeypatch.setattr(sys, "argv", ["torchslurm", "run", "missing.py"])
+    assert main() == 2 and ended == [0, 2]
