@@ -31,9 +31,9 @@ slurm-packages:
 
 test: $(STAMP) slurm-packages
 	$(BIN)/ruff check src tests examples benchmarks tools
-	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
-	# the cluster tests beside the others (they mostly wait for Slurm), then the few marked `alone`
+	# the cluster tests beside the others (they mostly wait for Slurm), then the few marked `alone` beside
+	# the unit tests and mypy (tools/run_tests.py)
 	$(BIN)/python tools/run_tests.py
 
 # What must hold on a GPU, in one go (under 8 minutes on one GPU; the CPU runs a reduced form in `make test`):

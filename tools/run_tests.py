@@ -1,7 +1,7 @@
 """The test suite as `make test` runs it: two pytest processes side by side, in two rounds.
 
     python tools/run_tests.py            what `make test` runs
-    python tools/run_tests.py --serial   one plain `pytest` over everything, one test after another
+    python tools/run_tests.py --serial   one plain `pytest` over everything, one test after another, then mypy
 
 Why side by side: a cluster test spends much of its time waiting for Slurm (scheduling, a job's start,
 a time limit, a requeue) while the multiproc, docs and unit tests mostly compute; one after the other,
@@ -10,12 +10,14 @@ sandbox (its own network namespaces and Slurm), the others loopback and their ow
 
     round 1:  tests/cluster (but -m alone)   beside   tests/multiproc tests/docs
               + the GPU check's CPU form                  (but the GPU check)
-    round 2:  tests/cluster -m alone         beside   tests/unit
+    round 2:  tests/cluster -m alone         beside   tests/unit, then mypy
 
 A cluster test marked `alone` needs its runs to start within a fixed part of a one-minute Slurm time
 limit: it runs beside the unit tests only (one process, one core), never beside ranks that train.
 Round 1's cluster half took 22 min beside 27 for the other on the loaded 2-core machine, so the GPU
 check's CPU form (`make gpu-check`'s reduced form: one rank's start-ups, 3-5 min) runs in the cluster half.
+Round 2's cluster half (one test, 4 min) is longer than the unit tests (3 min): mypy (1 min, one core,
+no ranks) runs after them there instead of before everything.
 
 The cluster tests' output goes to a log file, shown whole once they finish; the others' streams to the
 terminal. The exit status is non-zero when any run failed.
@@ -32,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTEST = [sys.executable, "-m", "pytest", "--durations=15"]  # the slowest tests of each run, for CI's time budget
+MYPY = Path(sys.executable).parent / "mypy"
 NO_TESTS = 5  # pytest's exit status when nothing was collected/selected
 
 
@@ -42,19 +45,23 @@ def passed(status: int) -> bool:
 GPU_CHECK = "tests/docs/test_gpu_check.py"
 
 
-def side_by_side(cluster_args: list[str], other_args: list[str], log: Path) -> tuple[int, int]:
-    """`pytest tests/cluster ...` (output to `log`, then shown) beside `pytest ...` (to the terminal)."""
+def side_by_side(cluster_args: list[str], lane: list[list[str]], log: Path) -> tuple[int, list[int]]:
+    """`pytest tests/cluster ...` (output to `log`, then shown) beside the commands of `lane`, one after
+    the other (to the terminal); the exit status of each."""
     with log.open("w") as out:
         cluster = subprocess.Popen([*PYTEST, "tests/cluster", *cluster_args, "-p", "no:cacheprovider"], cwd=ROOT,
                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        statuses = []
         try:
-            others = subprocess.call([*PYTEST, *other_args], cwd=ROOT)
+            for command in lane:
+                print(f"\n$ {' '.join(command)}", flush=True)
+                statuses.append(subprocess.call(command, cwd=ROOT))
         finally:
             cluster_status = cluster.wait()
     print(f"\n===== beside them: pytest tests/cluster {' '.join(cluster_args)} (exit {cluster_status}) =====",
           flush=True)
     sys.stdout.write(log.read_text(errors="replace"))
-    return cluster_status, others
+    return cluster_status, statuses
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,17 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serial", action="store_true", help="one plain pytest run over everything")
     args = parser.parse_args(argv)
     if args.serial:
-        return subprocess.call(PYTEST, cwd=ROOT)
+        return subprocess.call(PYTEST, cwd=ROOT) or subprocess.call([str(MYPY)], cwd=ROOT)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="torchslurm-tests-") as tmp:
         log = Path(tmp) / "cluster-tests.log"
         print(f"round 1: the cluster tests (output to {log}, shown after) beside the multiproc and docs tests",
               flush=True)
-        cluster, others = side_by_side([GPU_CHECK, "-m", "not alone"],
-                                       ["tests/multiproc", "tests/docs", f"--ignore={GPU_CHECK}"], log)
-        print("\nround 2: the cluster tests marked alone beside the unit tests", flush=True)
-        alone, unit = side_by_side(["-m", "alone"], ["tests/unit"], log)
-    results = {"cluster": cluster, "multiproc+docs": others, "cluster alone": alone, "unit": unit}
+        cluster, [others] = side_by_side([GPU_CHECK, "-m", "not alone"],
+                                         [[*PYTEST, "tests/multiproc", "tests/docs", f"--ignore={GPU_CHECK}"]], log)
+        print("\nround 2: the cluster tests marked alone beside the unit tests, then mypy", flush=True)
+        alone, [unit, mypy] = side_by_side(["-m", "alone"], [[*PYTEST, "tests/unit"], [str(MYPY)]], log)
+    results = {"cluster": cluster, "multiproc+docs": others, "cluster alone": alone, "unit": unit, "mypy": mypy}
     failed = [name for name, status in results.items() if not passed(status)]
     minutes = (time.monotonic() - started) / 60
     print(f"\ntests: {', '.join(f'{k} exit {v}' for k, v in results.items())}; {minutes:.1f} min in all"

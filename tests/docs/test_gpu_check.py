@@ -1,7 +1,11 @@
 """`make gpu-check` cannot rot: its reduced form runs here on the CPU (one rank, as on one GPU: ddp the
 one-process path, fsdp over a group of one; bf16 for fp16, the small GPT on 128 samples, tokens.py tiny),
 every check must pass, and the JSON and the table it writes must say so. On a GPU the same script is run
-by hand (docs/benchmarks.md)."""
+by hand (docs/benchmarks.md).
+
+But amp_resume: on the CPU it is amp=bf16 1 + 1 epochs against 2, the compile check's comparison
+(`same_as_straight`) without compile, and fsdp_async_preempt resumes a bf16 run bitwise too; its three
+start-ups are left out here to keep `make test` within its time (the GPU run has it)."""
 
 from __future__ import annotations
 
@@ -21,17 +25,15 @@ pytestmark = pytest.mark.multiproc
 def test_the_gpu_check_passes_in_its_reduced_form_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "gpu-check.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "TORCHSLURM_"))}
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu", "--json", str(out),
-                           "--dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=1200, env=env,
-                          cwd=ROOT)
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu", "--json", str(out),
+               "--dir", str(tmp_path / "runs"), "--skip", "amp_resume"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(out.read_text())
     checks = found["checks"]
-    assert list(checks) == ["doctor", "bench", "tokens", "compile", "amp_resume", "fsdp_async_preempt",
-                            "cross_strategy"]
+    assert list(checks) == ["doctor", "bench", "tokens", "compile", "fsdp_async_preempt", "cross_strategy"]
     assert all(check["ok"] for check in checks.values()), checks
     assert found["machine"]["ranks"] == 1 and found["machine"]["cuda"] is None
-    assert checks["amp_resume"]["bitwise"] and checks["amp_resume"]["amp"] == "bf16"
     assert checks["compile"]["ddp"]["bitwise"] and checks["compile"]["fsdp"]["off_then_on"]
     preempted = checks["fsdp_async_preempt"]
     assert preempted["bitwise"] and preempted["stopped_after_step"] > 8  # mid-epoch 2
