@@ -12,7 +12,11 @@ Each round builds both afresh (same seed) and runs --epochs epochs of each, the 
 round to round; one process, on the GPU (or --cpu). Reported per loop: tokens per second over the whole
 run (every epoch, its validation and its checkpoint) less the seconds torch spent compiling (measured
 the same way for both and reported apart), the median over rounds; the ratio Trainer / hand loop (goal
-on a GPU: >= 0.98); and MFU against the card's dense bf16 peak. A benchmark: it asserts nothing.
+on a GPU: >= 0.98); and MFU against the card's dense bf16 peak. To tell where a difference lies: the
+tokens per second of the training steps alone (the hand loop's timed per epoch with one synchronize at its
+end, the Trainer's epoch_time_s) and the seconds besides them (start, validation, checkpoints, end).
+A warm-up round (--warmup) runs first and is left out: the first loop to run would pay the cold start.
+A benchmark: it asserts nothing.
 
     python benchmarks/tokens.py [--size gpt2|small|tiny] [--cpu] [--rounds 3] [--steps 40] [--json FILE]
 """
@@ -41,6 +45,8 @@ SIZES = {  # layers, dim, heads, block_size, vocab, batch
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "GH200": 989e12}
 """Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets, by a name in the device's."""
 LR, WEIGHT_DECAY, CLIP = 6e-4, 0.1, 1.0
+STEPPING = "stepping.json"
+"""The hand loop's seconds of training steps per epoch (the Trainer's are its epoch records' epoch_time_s)."""
 
 
 def build(size: str, device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -86,14 +92,19 @@ def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int,
             logits = model(x)
             return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
 
+    stepping: list[float] = []
     for _ in range(epochs):
         model.train()
+        started = time.perf_counter()
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             loss_of(x, y).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # once an epoch: the steps' time, as the Trainer's epoch_time_s has it
+        stepping.append(time.perf_counter() - started)
         model.eval()
         total = torch.zeros((), device=device)
         with torch.no_grad():
@@ -101,6 +112,7 @@ def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int,
                 total += loss_of(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
         print(f"hand loop: val loss {total.item() / len(val_loader):.4f}", file=sys.stderr)
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, out / "ckpt.pt")
+    (out / STEPPING).write_text(json.dumps(stepping))
 
 
 def trainer_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int, device: torch.device,
@@ -120,8 +132,9 @@ def trainer_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: i
     return trainer.curves.wait
 
 
-def timed(run: Callable[[Path], Callable[[], None] | None], device: torch.device) -> tuple[float, float]:
-    """(seconds of the whole run less compiling, seconds compiling)."""
+def timed(run: Callable[[Path], Callable[[], None] | None], device: torch.device) -> tuple[float, float, float]:
+    """(seconds of the whole run less compiling, seconds compiling, seconds of its training steps less
+    compiling): the rest of the whole run is start, validation, checkpoints and end."""
     with tempfile.TemporaryDirectory(prefix="tokens-") as tmp:
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -130,9 +143,18 @@ def timed(run: Callable[[Path], Callable[[], None] | None], device: torch.device
         if device.type == "cuda":
             torch.cuda.synchronize()
         wall, compiling = time.perf_counter() - started, compile_seconds() - compiled
+        stepping = sum(stepping_seconds(Path(tmp)))
         if settle is not None:
             settle()  # outside the timing, before the folder goes
-    return wall - compiling, compiling
+    return wall - compiling, compiling, stepping - compiling
+
+
+def stepping_seconds(out: Path) -> list[float]:
+    """Per epoch, the seconds a run in `out` spent in its training steps."""
+    if (out / STEPPING).exists():
+        return list(json.loads((out / STEPPING).read_text()))
+    records = map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+    return [r["epoch_time_s"] for r in records if r["kind"] == "epoch"]
 
 
 def peak_flops(device: torch.device) -> float | None:
@@ -169,15 +191,17 @@ def main(argv: list[str] | None = None) -> int:
         }
         seconds: dict[str, list[float]] = {name: [] for name in loops}
         compiling: dict[str, list[float]] = {name: [] for name in loops}
+        stepping: dict[str, list[float]] = {name: [] for name in loops}
         for r in range(-args.warmup, args.rounds):
             for name in (list(loops) if r % 2 == 0 else list(reversed(loops))):
-                s, c = timed(loops[name], device)
+                s, c, steps = timed(loops[name], device)
                 if r >= 0:
                     seconds[name].append(s)
                     compiling[name].append(c)
+                    stepping[name].append(steps)
                 label = f"round {r}" if r >= 0 else "warm-up"
-                print(f"{label} {name}: {tokens / s:,.0f} tokens/s ({s:.2f} s + {c:.1f} s compiling)",
-                      file=sys.stderr, flush=True)
+                print(f"{label} {name}: {tokens / s:,.0f} tokens/s ({s:.2f} s, {steps:.2f} s of it steps, "
+                      f"+ {c:.1f} s compiling)", file=sys.stderr, flush=True)
         model, _ = build(size, device)
         flops = model.flops_per_token()  # type: ignore[operator]
         params = sum(p.numel() for p in model.parameters())
@@ -189,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_per_run": tokens, "rounds": args.rounds, "warmup_rounds": args.warmup,
         "tokens_per_s": rate, "ratio": rate["Trainer"] / rate["hand loop"],
         "compile_s": {name: statistics.median(c) for name, c in compiling.items()},
+        "steps_tokens_per_s": {name: tokens / statistics.median(s) for name, s in stepping.items()},
+        "besides_steps_s": {name: statistics.median(w - t for w, t in zip(seconds[name], stepping[name], strict=True))
+                            for name in loops},
         "mfu": {name: r * flops / peak for name, r in rate.items()} if peak else None,
     }
     print(json.dumps(result, indent=2))
