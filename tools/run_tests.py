@@ -14,10 +14,11 @@ sandbox (its own network namespaces and Slurm), the others loopback and their ow
 
 A cluster test marked `alone` needs its runs to start within a fixed part of a one-minute Slurm time
 limit: it runs beside the unit tests only (one process, one core), never beside ranks that train.
-Round 1's cluster half took 22 min beside 27 for the other on the loaded 2-core machine, so the GPU
-check's CPU form (`make gpu-check`'s reduced form: one rank's start-ups, 3-5 min) runs in the cluster half.
-Round 2's cluster half (one test, 4 min) is longer than the unit tests (3 min): mypy (1 min, one core,
-no ranks) runs after them there instead of before everything.
+The GPU check's CPU form (`make gpu-check`'s reduced form: one rank's start-ups) runs in the cluster
+half. Round 2's cluster half (one test, 4 min) is longer than the unit tests (3 min): mypy (1 min, one
+core, no ranks) runs after them there instead of before everything. A fresh clone's `bash .ci/run` on
+the 2-core VM, 2026-11-27: 33 min (setup 4; round 1: cluster half 26.5 min, 5.2 of it the GPU check,
+beside 25.5; round 2: 3.7 beside 1.6 + 1); it was 39 min before these two moves.
 
 The cluster tests' output goes to a log file, shown whole once they finish; the others' streams to the
 terminal. The exit status is non-zero when any run failed.
