@@ -18,7 +18,7 @@ The GPU check's CPU form (`make gpu-check`'s reduced form: one rank's start-ups)
 half. Round 2's cluster half (one test, 4 min) is longer than the unit tests (3 min): mypy (1 min, one
 core, no ranks) runs after them there instead of before everything. A fresh clone's `bash .ci/run` on
 the 2-core VM, 2026-11-27: 33 min (setup 4; round 1: cluster half 26.5 min, 5.2 of it the GPU check,
-beside 25.5; round 2: 3.7 beside 1.6 + 1); it was 39 min before these two moves.
+beside 25.5; round 2: 3.7 beside 2.4 + 1); it was 39 min before these two moves.
 
 The cluster tests' output goes to a log file, shown whole once they finish; the others' streams to the
 terminal. The exit status is non-zero when any run failed.
