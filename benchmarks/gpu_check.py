@@ -250,8 +250,9 @@ def check_compile(machine: Machine) -> dict[str, Any]:
 def check_tokens(machine: Machine) -> dict[str, Any]:
     out = machine.root / "tokens.json"
     size = [] if machine.gpu else ["--cpu", "--size", "tiny", "--no-compile"]
-    rounds = ("2", "1", "50") if machine.gpu else ("1", "0", "2")  # rounds, warm-up rounds, steps an epoch
-    args = [*size, *(f for pair in zip(("--rounds", "--warmup", "--steps"), rounds, strict=True) for f in pair)]
+    rounds = ["--rounds", "2", "--warmup", "1", "--steps", "50"] if machine.gpu else \
+        ["--rounds", "1", "--warmup", "0", "--steps", "2"]
+    args = [*size, *rounds]
     done = subprocess.run([sys.executable, str(HERE / "tokens.py"), *args, "--json", str(out)], capture_output=True,
                           text=True, env=machine.env, timeout=420)
     if done.returncode != 0:

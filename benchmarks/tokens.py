@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="both loops uncompiled")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.warmup < 0 or args.steps < 1 or args.epochs < 1:
+        parser.error(f"expected --rounds >= 1, --warmup >= 0, --steps >= 1 and --epochs >= 1 (got {args.rounds}, "
+                     f"{args.warmup}, {args.steps}, {args.epochs}). HINT: e.g. --rounds 2 --warmup 1 --steps 50")
     import torchslurm
 
     environ = {"TORCHSLURM_DEVICE": "cpu"} if args.cpu or not torch.cuda.is_available() else {}
