@@ -1,12 +1,14 @@
 """Tokens per second of a GPT: torchslurm's Trainer against a hand-written loop doing the same work.
 
 The same model (models.GPT; --size gpt2: 12 layers, 768 wide, 12 heads, 1024 tokens of context, a
-vocabulary of 50304 with an untied head), the same data (seeded random token windows, held in memory),
-batch, optimizer (AdamW, lr 6e-4, weight decay 0.1), bf16 autocast, gradient clipping at 1.0 and
-torch.compile. The hand loop is written the way nanoGPT-style scripts write one: torch.compile(model),
-a shuffled DataLoader with pinned memory and non_blocking copies, autocast around forward and loss,
-clip, step, zero_grad(set_to_none=True); after each epoch a validation pass and a torch.save of model
-and optimizer. The Trainer runs with compile=true, amp=bf16, grad_clip=1.0 and a checkpoint each epoch.
+vocabulary of 50304 with an untied head; gpt2-short: its weights and checkpoints with 64 tokens of
+context and batches of 2, a CPU's size), the same data (seeded random token windows, held in memory),
+batch, optimizer (AdamW, lr 6e-4, weight decay 0.1), bf16 autocast (--amp off: none, for CPUs that
+emulate bf16), gradient clipping at 1.0 and torch.compile. The hand loop is written the way
+nanoGPT-style scripts write one: torch.compile(model), a shuffled DataLoader with pinned memory and
+non_blocking copies, autocast around forward and loss, clip, step, zero_grad(set_to_none=True); after
+each epoch a validation pass and a torch.save of model and optimizer. The Trainer runs with
+compile=true, amp=bf16 (or off), grad_clip=1.0 and a checkpoint each epoch.
 
 Each round builds both afresh (same seed) and runs --epochs epochs of each, the order alternating from
 round to round; one process, on the GPU (or --cpu). Reported per loop: tokens per second over the whole
@@ -18,7 +20,8 @@ end, the Trainer's epoch_time_s) and the seconds besides them (start, validation
 A warm-up round (--warmup) runs first and is left out: the first loop to run would pay the cold start.
 A benchmark: it asserts nothing.
 
-    python benchmarks/tokens.py [--size gpt2|small|tiny] [--cpu] [--rounds 3] [--steps 40] [--json FILE]
+    python benchmarks/tokens.py [--size gpt2|gpt2-short|small|tiny] [--cpu] [--amp off] [--rounds 3] [--steps 40]
+                                [--json FILE]
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 SIZES = {  # layers, dim, heads, block_size, vocab, batch
     "gpt2": (12, 768, 12, 1024, 50304, 16),
+    "gpt2-short": (12, 768, 12, 64, 50304, 2),  # gpt2's weights and checkpoints, steps a CPU can take
     "small": (4, 256, 4, 256, 4096, 16),
     "tiny": (2, 64, 4, 64, 256, 16),
 }
@@ -76,7 +80,7 @@ def compile_seconds() -> float:
 
 
 def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int, device: torch.device,
-              out: Path, compile: bool) -> None:
+              out: Path, compile: bool, amp: str) -> None:
     model, optimizer = build(size, device)
     if compile:
         model = torch.compile(model)  # type: ignore[assignment]
@@ -88,7 +92,7 @@ def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int,
     val_loader = DataLoader(val, batch_size=batch, pin_memory=pin)
 
     def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
             logits = model(x)
             return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
 
@@ -116,14 +120,14 @@ def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int,
 
 
 def trainer_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int, device: torch.device,
-                 out: Path, ctx: Any, compile: bool) -> Callable[[], None]:
+                 out: Path, ctx: Any, compile: bool, amp: str) -> Callable[[], None]:
     """The run; what to wait for before its run_dir goes (fit returns while curves.png is drawn)."""
     from torchslurm.train import tasks
     from torchslurm.train.config import TrainConfig
     from torchslurm.train.trainer import Trainer
 
     model, optimizer = build(size, device)
-    config = TrainConfig(epochs=epochs, batch_size=SIZES[size][5], lr=LR, amp="bf16", grad_clip=CLIP, compile=compile,
+    config = TrainConfig(epochs=epochs, batch_size=SIZES[size][5], lr=LR, amp=amp, grad_clip=CLIP, compile=compile,
                          run_dir=out, resume="never", log_every=0, straggler_every=0, keep_last=1)
     flops = model.flops_per_token()  # type: ignore[operator]
     trainer = Trainer(model, optimizer, tasks.token_cross_entropy, data[0], data[1], config, ctx=ctx,
@@ -175,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds run first and left out (the first loop to run pays the cold start: "
                              "kernels, autotuning, allocator; Dynamo's compile time does not count all of it)")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="both loops uncompiled")
+    parser.add_argument("--amp", choices=("bf16", "off"), default="bf16",
+                        help="off: float32 (a CPU without bf16 instructions emulates it, slower than float32)")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.warmup < 0 or args.steps < 1 or args.epochs < 1:
@@ -189,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         data = token_data(size, args.steps)
         tokens = args.epochs * args.steps * SIZES[size][5] * SIZES[size][3]
         loops: dict[str, Callable[[Path], Callable[[], None] | None]] = {
-            "hand loop": lambda out: hand_loop(size, data, args.epochs, device, out, args.compile),
-            "Trainer": lambda out: trainer_loop(size, data, args.epochs, device, out, ctx, args.compile),
+            "hand loop": lambda out: hand_loop(size, data, args.epochs, device, out, args.compile, args.amp),
+            "Trainer": lambda out: trainer_loop(size, data, args.epochs, device, out, ctx, args.compile, args.amp),
         }
         seconds: dict[str, list[float]] = {name: [] for name in loops}
         compiling: dict[str, list[float]] = {name: [] for name in loops}
@@ -211,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     rate = {name: tokens / statistics.median(s) for name, s in seconds.items()}
     peak = peak_flops(device)
     result = {
-        "size": size, "parameters": params, "compile": args.compile,
+        "size": size, "parameters": params, "compile": args.compile, "amp": args.amp,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "torch": torch.__version__,
         "tokens_per_run": tokens, "rounds": args.rounds, "warmup_rounds": args.warmup,
         "tokens_per_s": rate, "ratio": rate["Trainer"] / rate["hand loop"],

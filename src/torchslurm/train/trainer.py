@@ -1,10 +1,9 @@
 """TrainConfig + Trainer: the small DDP loop of a classic training script, with exact metrics, atomic
 checkpoints and a bitwise-exact resume.
 
-Determinism: the order of the training data is a pure function of (seed, epoch) — the
-DistributedSampler's permutation and the DataLoader's own generator — so a resume replays
-the epoch and skips the batches already done; every rank's RNG states travel in the
-checkpoint. Checkpoints are taken only at optimizer-step boundaries.
+Determinism: the order of the training data is a pure function of (seed, epoch) — the DistributedSampler's
+permutation and the DataLoader's own generator — so a resume replays the epoch and skips the batches already
+done; every rank's RNG states travel in the checkpoint. Checkpoints are taken only at optimizer-step boundaries.
 """
 
 from __future__ import annotations
@@ -205,7 +204,7 @@ class Trainer:
             seen = self._train_epoch()
             if seen is None:
                 if self.checkpointer.saved_step != self.global_step:  # not just saved by checkpoint_every_steps
-                    self.save()
+                    self.save(last=True)
                 if self.is_main:
                     logger.info("stopping early at epoch %d step %d", self.epoch + 1, self.global_step)
                 return FitResult(True, self.epoch, self.global_step, val, self.checkpointer.last,
@@ -339,7 +338,8 @@ class Trainer:
         local_train = torch.cat([self._sums, torch.tensor([float(seen)], dtype=torch.float64, device=self.device)])
         self.epoch, self.batches_done = self.epoch + 1, 0
         self._sums.zero_()
-        with self.checkpointer.beside(self.progress()) if self._checkpoint_due() else nullcontext():
+        last = self.epoch == self.config.epochs
+        with self.checkpointer.beside(self.progress(), last) if self._checkpoint_due() else nullcontext():
             return self._report_epoch(local_train, elapsed_s)
 
     def _report_epoch(self, local_train: torch.Tensor, elapsed_s: float) -> Totals:
@@ -365,13 +365,13 @@ class Trainer:
         return TrainProgress(self.epoch, self.batches_done, self.global_step, self._sums.tolist(), rng_state(),
                              self.scaler.state_dict(), self.scheduler.state_dict() if self.scheduler else {})
 
-    def save(self) -> Path | None:
+    def save(self, last: bool = False) -> Path | None:
         """Checkpoint at the current step boundary (every rank writes its own files; train.checkpoint).
-        Every rank must call it. With checkpoint_async the tensors are copied to CPU memory here
-        and written in the background (after the previous background save, if one is in flight);
-        the returned folder is complete once `wait_for_checkpoint()` returns."""
+        Every rank must call it. With checkpoint_async the tensors are copied to CPU memory here and written
+        in the background (after the previous background save, if one is in flight); the returned folder is
+        complete once `wait_for_checkpoint()` returns. `last`: the run ends after it (Checkpointer.save)."""
         with self.hang.paused():
-            return self.checkpointer.save(self.progress())
+            return self.checkpointer.save(self.progress(), last)
 
     def wait_for_checkpoint(self) -> None:
         """Return once a background save is complete (at once without one); raise its error."""

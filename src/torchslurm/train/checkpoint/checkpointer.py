@@ -118,20 +118,21 @@ class Checkpointer:
             raise CheckpointError(*refusal[0])
         self._owned = True
 
-    def save(self, progress: TrainProgress) -> Path | None:
+    def save(self, progress: TrainProgress, last: bool = False) -> Path | None:
         """Checkpoint `progress` now, or with `background`, from a CPU copy in the background; the
-        folder on rank 0 (complete once `wait()` returns), None on the others."""
-        path = self._save(progress, beside=None)
+        folder on rank 0 (complete once `wait()` returns), None on the others. `last`: the run waits
+        for it to be on disk next, so its pages go to disk while it is written (checkpoint.writeback)."""
+        path = self._save(progress, beside=None, last=last)
         self._announce(progress, path)
         return path
 
     @contextmanager
-    def beside(self, progress: TrainProgress) -> Iterator[None]:
+    def beside(self, progress: TrainProgress, last: bool = False) -> Iterator[None]:
         """An epoch end's save, written while the body runs something that changes neither model nor
         optimizer (validation): a large state from the live tensors meanwhile, published by rank 0
-        once the body is done (the epoch's record comes first); a small one first."""
+        once the body is done (the epoch's record comes first); a small one first. `last` as in save."""
         done = threading.Event()
-        path = self._save(progress, beside=done)
+        path = self._save(progress, beside=done, last=last)
         try:
             yield
         finally:
@@ -140,7 +141,7 @@ class Checkpointer:
             self._writer.wait_written()
         self._announce(progress, path)
 
-    def _save(self, progress: TrainProgress, beside: threading.Event | None) -> Path | None:
+    def _save(self, progress: TrainProgress, beside: threading.Event | None, last: bool) -> Path | None:
         self.own()
         self.saved_step = progress.global_step
         tensors, plain = split_state(self.model, self.optimizer)
@@ -151,9 +152,9 @@ class Checkpointer:
             snap.tensors = self._writer.stage(tensors)
             self._writer.start(snap)
         elif overlap:
-            self._writer.start(snap, defer_fsync=True)
+            self._writer.start(snap, defer_fsync=True, last=last)
         else:
-            self._writer.save(snap)
+            self._writer.save(snap, last=last)
         self.written.append("background" if self.background else "beside" if overlap else "now")
         return step_dir(self.root, progress.global_step) if self.is_main else None
 

@@ -5,13 +5,14 @@ Each write goes to the file and into the digest at once: a large write is checks
 thread while this thread hands the same buffer to the kernel (both release the GIL), so with a
 spare core the checksum costs nothing. The digest is of the exact bytes given to the file, as a
 read-back from the page cache would give. Nothing here fsyncs: the caller decides when the files
-must be on disk (checkpoint.writer).
+must be on disk (checkpoint.writer); given a `writeback`, a large file's pages go to disk while it
+grows (checkpoint.writeback), so that the caller's fsync waits only for the last of them.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from torch.utils.serialization import config as serialization_config
 
 from torchslurm.runtime.safefiles import open_write
 from torchslurm.train.checkpoint import integrity
+from torchslurm.train.checkpoint.writeback import WRITEBACK_BYTES
 
 PARALLEL_BYTES = 1 << 20
 """Writes at least this large are checksummed on the helper thread; smaller ones inline (a hand-off
@@ -35,13 +37,16 @@ than the bytes."""
 
 
 class HashingWriter(io.RawIOBase):
-    """A binary file opened for writing whose `hexdigest()` is the checksum of all bytes written."""
+    """A binary file opened for writing whose `hexdigest()` is the checksum of all bytes written;
+    `writeback(fd)` is called each time WRITEBACK_BYTES more have reached the file."""
 
-    def __init__(self, file: IO[bytes], pool: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, file: IO[bytes], pool: ThreadPoolExecutor | None = None,
+                 writeback: Callable[[int], None] | None = None) -> None:
         super().__init__()
-        self._file, self._pool = file, pool
+        self._file, self._pool, self._writeback = file, pool, writeback
         self._digest = integrity.new()
         self._small = bytearray()
+        self._unsent = 0
 
     def writable(self) -> bool:
         return True
@@ -63,6 +68,11 @@ class HashingWriter(io.RawIOBase):
             hashing = self._pool.submit(self._digest.update, view)
             self._file.write(view)
             hashing.result()  # in order, and the caller may reuse its buffer once write returns
+        self._unsent += size
+        if self._writeback is not None and self._unsent >= WRITEBACK_BYTES:
+            self._file.flush()
+            self._writeback(self._file.fileno())
+            self._unsent = 0
         return size
 
     def _write_small(self) -> None:
@@ -97,10 +107,11 @@ def without_record_crc32() -> Iterator[None]:
         yield
 
 
-def save(obj: object, path: Path, pool: ThreadPoolExecutor | None = None) -> str:
+def save(obj: object, path: Path, pool: ThreadPoolExecutor | None = None,
+         writeback: Callable[[int], None] | None = None) -> str:
     """`torch.save(obj, path)`; returns the file's checksum."""
     with open_write(path, "wb") as file:
-        writer = HashingWriter(file, pool)
+        writer = HashingWriter(file, pool, writeback)
         torch.save(obj, cast(IO[bytes], writer))
         writer.flush()
     return writer.hexdigest()
