@@ -2,7 +2,7 @@
 
 Writing a file fills the page cache; the fsync that makes it durable then writes all of it to disk
 at once, and for a checkpoint of GB that wait comes at the end of a run, after the last epoch's
-save (3 s for 1.5 GB on a 2-core VM's disk). A `Writeback` started every WRITEBACK_BYTES of a file
+save (2.9 s for 1.8 GiB on a 2-core VM's disk). A `Writeback` started every WRITEBACK_BYTES of a file
 (hashed.HashingWriter) sends what is written so far on a thread of its own, so the disk works while
 the file is still being serialized and the final fsync waits only for the last part. It never
 makes a file durable by itself: the caller still fsyncs, after `join()`, which raises what failed.
