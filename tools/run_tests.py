@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTEST = [sys.executable, "-m", "pytest", "--durations=15"]  # the slowest tests of each run, for CI's time budget
+PYTEST = [sys.executable, "-m", "pytest", "--durations=30"]  # the slowest tests of each run, for CI's time budget
 MYPY = Path(sys.executable).parent / "mypy"
 NO_TESTS = 5  # pytest's exit status when nothing was collected/selected
 
