@@ -16,7 +16,9 @@ run (every epoch, its validation and its checkpoint) less the seconds torch spen
 the same way for both and reported apart), the median over rounds; the ratio Trainer / hand loop (goal
 on a GPU: >= 0.98); and MFU against the card's dense bf16 peak. To tell where a difference lies: the
 tokens per second of the training steps alone (the hand loop's timed per epoch with one synchronize at its
-end, the Trainer's epoch_time_s) and the seconds besides them (start, validation, checkpoints, end).
+end, the Trainer's epoch_time_s) and the seconds besides them (start, validation, checkpoints, end), and
+of those the phases timed (`phases_s`, compiling included: validation, the checkpoint or the wait for it,
+the end's wait for the last checkpoint to be on disk and the deletion of the one before).
 A warm-up round (--warmup) runs first and is left out: the first loop to run would pay the cold start.
 A benchmark: it asserts nothing.
 
@@ -33,7 +35,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,57 @@ def token_data(size: str, steps: int) -> tuple[TensorDataset, TensorDataset]:
     split = steps * batch
     return (TensorDataset(tokens[:split, :-1], tokens[:split, 1:]),
             TensorDataset(tokens[split:, :-1], tokens[split:, 1:]))
+
+
+PHASES: dict[str, float] = {}
+"""Seconds of the run in progress besides its steps, by phase (validation, checkpoint, ...)."""
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        PHASES[name] = PHASES.get(name, 0.0) + time.perf_counter() - started
+
+
+@contextmanager
+def trainer_phases() -> Iterator[None]:
+    """The Trainer's phases, timed from outside: validation, each epoch-end save beside it (the save's
+    wait is the difference), the end's wait for the last save to be on disk (finish), the deletion of
+    the checkpoint before it (close)."""
+    from torchslurm.train.checkpoint.checkpointer import Checkpointer
+    from torchslurm.train.trainer import Trainer
+
+    patched = [(Trainer, "_validation_sums", "validation"), (Checkpointer, "finish", "end: last save on disk"),
+               (Checkpointer, "close", "end: older checkpoints deleted")]
+    originals = [(cls, attr, getattr(cls, attr)) for cls, attr, _ in patched]
+    beside = Checkpointer.beside
+
+    def timing(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with phase(name):
+                result = method(*args, **kwargs)
+                if torch.cuda.is_available() and isinstance(result, torch.Tensor):
+                    torch.cuda.synchronize()  # validation's sums: done on the card, as the hand loop's .item()
+                return result
+        return run
+
+    @contextmanager
+    def timed_beside(*args: Any, **kwargs: Any) -> Iterator[None]:
+        with phase("validation and the epoch's save beside it"), beside(*args, **kwargs):
+            yield
+
+    for (cls, attr, name), (_, _, method) in zip(patched, originals, strict=True):
+        setattr(cls, attr, timing(method, name))
+    Checkpointer.beside = timed_beside  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for cls, attr, method in originals:
+            setattr(cls, attr, method)
+        Checkpointer.beside = beside  # type: ignore[method-assign]
 
 
 def compile_seconds() -> float:
@@ -111,11 +165,13 @@ def hand_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: int,
         stepping.append(time.perf_counter() - started)
         model.eval()
         total = torch.zeros((), device=device)
-        with torch.no_grad():
+        with phase("validation"), torch.no_grad():
             for x, y in val_loader:
                 total += loss_of(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
-        print(f"hand loop: val loss {total.item() / len(val_loader):.4f}", file=sys.stderr)
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, out / "ckpt.pt")
+            loss = total.item() / len(val_loader)
+        print(f"hand loop: val loss {loss:.4f}", file=sys.stderr)
+        with phase("checkpoint"):
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, out / "ckpt.pt")
     (out / STEPPING).write_text(json.dumps(stepping))
 
 
@@ -132,13 +188,17 @@ def trainer_loop(size: str, data: tuple[TensorDataset, TensorDataset], epochs: i
     flops = model.flops_per_token()  # type: ignore[operator]
     trainer = Trainer(model, optimizer, tasks.token_cross_entropy, data[0], data[1], config, ctx=ctx,
                       task=tasks.language_model(flops))
-    trainer.fit()
+    with trainer_phases():
+        trainer.fit()
     return trainer.curves.wait
 
 
-def timed(run: Callable[[Path], Callable[[], None] | None], device: torch.device) -> tuple[float, float, float]:
+def timed(run: Callable[[Path], Callable[[], None] | None],
+          device: torch.device) -> tuple[float, float, float, dict[str, float]]:
     """(seconds of the whole run less compiling, seconds compiling, seconds of its training steps less
-    compiling): the rest of the whole run is start, validation, checkpoints and end."""
+    compiling, the seconds of its phases besides the steps): the rest of the whole run is start, validation,
+    checkpoints and end."""
+    PHASES.clear()
     with tempfile.TemporaryDirectory(prefix="tokens-") as tmp:
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -150,7 +210,7 @@ def timed(run: Callable[[Path], Callable[[], None] | None], device: torch.device
         stepping = sum(stepping_seconds(Path(tmp)))
         if settle is not None:
             settle()  # outside the timing, before the folder goes
-    return wall - compiling, compiling, stepping - compiling
+    return wall - compiling, compiling, stepping - compiling, dict(PHASES)
 
 
 def stepping_seconds(out: Path) -> list[float]:
@@ -201,13 +261,15 @@ def main(argv: list[str] | None = None) -> int:
         seconds: dict[str, list[float]] = {name: [] for name in loops}
         compiling: dict[str, list[float]] = {name: [] for name in loops}
         stepping: dict[str, list[float]] = {name: [] for name in loops}
+        phases: dict[str, list[dict[str, float]]] = {name: [] for name in loops}
         for r in range(-args.warmup, args.rounds):
             for name in (list(loops) if r % 2 == 0 else list(reversed(loops))):
-                s, c, steps = timed(loops[name], device)
+                s, c, steps, parts = timed(loops[name], device)
                 if r >= 0:
                     seconds[name].append(s)
                     compiling[name].append(c)
                     stepping[name].append(steps)
+                    phases[name].append(parts)
                 label = f"round {r}" if r >= 0 else "warm-up"
                 print(f"{label} {name}: {tokens / s:,.0f} tokens/s ({s:.2f} s, {steps:.2f} s of it steps, "
                       f"+ {c:.1f} s compiling)", file=sys.stderr, flush=True)
@@ -225,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         "steps_tokens_per_s": {name: tokens / statistics.median(s) for name, s in stepping.items()},
         "besides_steps_s": {name: statistics.median(w - t for w, t in zip(seconds[name], stepping[name], strict=True))
                             for name in loops},
+        "phases_s": {name: {key: statistics.median(p.get(key, 0.0) for p in runs) for key in runs[0]}
+                     for name, runs in phases.items()},
         "mfu": {name: r * flops / peak for name, r in rate.items()} if peak else None,
     }
     print(json.dumps(result, indent=2))
