@@ -36,9 +36,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -97,11 +98,6 @@ def trainer_phases() -> Iterator[None]:
     from torchslurm.train.checkpoint.checkpointer import Checkpointer
     from torchslurm.train.trainer import Trainer
 
-    patched = [(Trainer, "_validation_sums", "validation"), (Checkpointer, "finish", "end: last save on disk"),
-               (Checkpointer, "close", "end: older checkpoints deleted")]
-    originals = [(cls, attr, getattr(cls, attr)) for cls, attr, _ in patched]
-    beside = Checkpointer.beside
-
     def timing(method: Callable[..., Any], name: str) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
             with phase(name):
@@ -111,20 +107,20 @@ def trainer_phases() -> Iterator[None]:
                 return result
         return run
 
+    beside = Checkpointer.beside
+
     @contextmanager
     def timed_beside(*args: Any, **kwargs: Any) -> Iterator[None]:
         with phase("validation and the epoch's save beside it"), beside(*args, **kwargs):
             yield
 
-    for (cls, attr, name), (_, _, method) in zip(patched, originals, strict=True):
-        setattr(cls, attr, timing(method, name))
-    Checkpointer.beside = timed_beside  # type: ignore[method-assign]
-    try:
+    with ExitStack() as patches:
+        for cls, attr, name in [(Trainer, "_validation_sums", "validation"),
+                                (Checkpointer, "finish", "end: last save on disk"),
+                                (Checkpointer, "close", "end: older checkpoints deleted")]:
+            patches.enter_context(mock.patch.object(cls, attr, timing(getattr(cls, attr), name)))
+        patches.enter_context(mock.patch.object(Checkpointer, "beside", timed_beside))
         yield
-    finally:
-        for cls, attr, method in originals:
-            setattr(cls, attr, method)
-        Checkpointer.beside = beside  # type: ignore[method-assign]
 
 
 def compile_seconds() -> float:

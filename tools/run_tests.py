@@ -17,11 +17,11 @@ limit: it runs beside the unit tests only (one process, one core), never beside 
 The GPU check's CPU form (`make gpu-check`'s reduced form: one rank's start-ups) runs in the cluster
 half. Round 2's cluster half (one test, 4 min) is longer than the unit tests (3 min): mypy (1 min, one
 core, no ranks) runs after them there instead of before everything. A fresh clone's `bash .ci/run` on
-the 2-core VM, 2026-11-27: 33 min (setup 4; round 1: cluster half 26.5 min, 5.2 of it the GPU check,
-beside 25.5; round 2: 3.7 beside 2.4 + 1); it was 39 min before these two moves.
+the 2-core VM, 2026-11-27: 32.5-33.7 min (setup 2.6-3.3; round 1: the cluster half 25-27 min, 5.4 of it the
+GPU check, beside 23.7-26; round 2: 3.7-4 beside unit + mypy); it was 39 min before these two moves.
 
 Before either round, torchslurm's and the tests' modules are compiled to bytecode once, as a wheel's
-install does (an editable install does not): where PYTHONDONTWRITEBYTECODE is set, as on the CI machine,
+install does (an editable install does not): where PYTHONDONTWRITEBYTECODE is set, as on this project's machines,
 every process would compile the 70 modules a rank imports again (0.2 s each time, in hundreds of ranks);
 Python still reads .pyc files it does not write.
 
