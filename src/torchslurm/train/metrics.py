@@ -47,18 +47,6 @@ class Totals:
         return self.correct / self.count if self.count else float("nan")
 
 
-def batch_sums(output: torch.Tensor, target: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
-    """[loss·n, correct, n] for one batch as a float64 tensor on the batch's device (no sync).
-
-    `loss` is the batch mean (the default reduction of torch's losses); `correct` counts argmax
-    hits when the output is (N, classes) logits and the target class indices, else 0."""
-    n = target.shape[0]
-    correct = (output.argmax(dim=1) == target).sum() if output.dim() == 2 and target.dim() == 1 else 0
-    sums = torch.zeros(3, dtype=torch.float64, device=output.device)
-    sums[0], sums[1], sums[2] = loss.detach().double() * n, correct, n
-    return sums
-
-
 def all_reduce_sums(sums: torch.Tensor) -> torch.Tensor:
     """Sum a float64 vector over all ranks (a no-op without a process group)."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

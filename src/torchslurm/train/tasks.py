@@ -61,12 +61,20 @@ class Task:
         return ", ".join(parts)
 
 
-def batch_sums(loss: torch.Tensor, n: int, extra: torch.Tensor | int | float = 0) -> torch.Tensor:
+def batch_sums(loss: torch.Tensor, n: int | torch.Tensor, extra: torch.Tensor | int | float = 0) -> torch.Tensor:
     """[loss·n, extra, n] of one batch whose mean loss over its `n` units is `loss`: float64 on the
-    loss's device, without a device sync."""
-    sums = torch.zeros(3, dtype=torch.float64, device=loss.device)
-    sums[0], sums[1], sums[2] = loss.detach().double() * n, extra, n
-    return sums
+    loss's device, without a device sync. (Numbers become tensors by a fill on the device: assigning one
+    to an element of a CUDA tensor, `sums[1] = n`, copies it from the host and waits for the GPU's
+    queue to drain, every batch, so that the next step cannot be queued while this one runs.)"""
+    weighted = loss.detach().double() * n
+    return torch.stack([weighted, _on_device(extra, weighted), _on_device(n, weighted)])
+
+
+def _on_device(value: torch.Tensor | int | float, like: torch.Tensor) -> torch.Tensor:
+    """`value` as a float64 number on `like`'s device."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(like.device, torch.float64).reshape(())
+    return torch.full((), value, dtype=torch.float64, device=like.device)
 
 
 def classification() -> Task:

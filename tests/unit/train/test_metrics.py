@@ -17,28 +17,28 @@ from torchslurm.train.metrics import (
     MetricsLog,
     Totals,
     all_reduce_sums,
-    batch_sums,
     plot_curves,
     totals,
 )
+from torchslurm.train.tasks import classification
 
 
 def test_batch_sums_weigh_the_mean_loss_by_the_batch_and_count_argmax_hits() -> None:
     logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 1.0]])
     target = torch.tensor([0, 0, 0])  # rows 0 and 2 are right
-    sums = batch_sums(logits, target, torch.tensor(0.5))
+    sums = classification().sums(logits, target, torch.tensor(0.5))
     assert sums.dtype == torch.float64 and sums.tolist() == [1.5, 2.0, 3.0]
 
 
 def test_batch_sums_count_no_hits_when_the_output_is_not_class_logits() -> None:
-    regression = batch_sums(torch.zeros(4, 1, 3), torch.zeros(4, 3), torch.tensor(2.0))
+    regression = classification().sums(torch.zeros(4, 1, 3), torch.zeros(4, 3), torch.tensor(2.0))
     assert regression.tolist() == [8.0, 0.0, 4.0]
 
 
 def test_totals_over_uneven_batches_are_the_dataset_mean() -> None:
     """Two batches of 3 and 1 samples: the mean over 4 samples, not the mean of the two batch means."""
-    first = batch_sums(torch.tensor([[1.0, 0.0]] * 3), torch.tensor([0, 0, 1]), torch.tensor(1.0))
-    second = batch_sums(torch.tensor([[0.0, 1.0]]), torch.tensor([1]), torch.tensor(5.0))
+    first = classification().sums(torch.tensor([[1.0, 0.0]] * 3), torch.tensor([0, 0, 1]), torch.tensor(1.0))
+    second = classification().sums(torch.tensor([[0.0, 1.0]]), torch.tensor([1]), torch.tensor(5.0))
     result = totals(all_reduce_sums(first + second))  # no process group: the sums as they are
     assert result == Totals(loss_sum=8.0, correct=3, count=4)
     assert (result.avg_loss, result.accuracy) == (2.0, 0.75)
@@ -336,9 +336,9 @@ def test_sums_are_added_over_the_ranks_only_when_there_are_peers(monkeypatch: py
 
 def test_batch_sums_of_soft_targets_count_no_hits_and_stay_on_the_batchs_device() -> None:
     soft = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # one-hot rows: what argmax hits would be compared with
-    sums = batch_sums(torch.tensor([[2.0, 1.0], [0.0, 3.0]]), soft, torch.tensor(0.5))
+    sums = classification().sums(torch.tensor([[2.0, 1.0], [0.0, 3.0]]), soft, torch.tensor(0.5))
     assert sums.tolist() == [1.0, 0.0, 2.0]
-    meta = batch_sums(torch.empty(4, 3, device="meta"), torch.empty(4, dtype=torch.long, device="meta"),
+    meta = classification().sums(torch.empty(4, 3, device="meta"), torch.empty(4, dtype=torch.long, device="meta"),
                       torch.empty((), device="meta"))
     assert meta.device.type == "meta"  # no copy to the host: the sums are read after the epoch
 
