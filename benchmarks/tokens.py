@@ -20,10 +20,13 @@ end, the Trainer's epoch_time_s) and the seconds besides them (start, validation
 of those the phases timed (`phases_s`, compiling included: validation, the checkpoint or the wait for it,
 the end's wait for the last checkpoint to be on disk and the deletion of the one before).
 A warm-up round (--warmup) runs first and is left out: the first loop to run would pay the cold start.
+It takes --warmup-steps steps per epoch (default: as many as --steps; a few are enough to compile, tune and
+grow the allocator), so that long epochs, where a run's fixed costs weigh what they do in a real one, fit
+in one call.
 A benchmark: it asserts nothing.
 
     python benchmarks/tokens.py [--size gpt2|gpt2-short|small|tiny] [--cpu] [--amp off] [--rounds 3] [--steps 40]
-                                [--json FILE]
+                                [--warmup-steps 20] [--json FILE]
 """
 
 from __future__ import annotations
@@ -234,40 +237,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1,
                         help="rounds run first and left out (the first loop to run pays the cold start: "
                              "kernels, autotuning, allocator; Dynamo's compile time does not count all of it)")
+    parser.add_argument("--warmup-steps", type=int, default=None,
+                        help="optimizer steps per epoch in the warm-up rounds (default: --steps)")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="both loops uncompiled")
     parser.add_argument("--amp", choices=("bf16", "off"), default="bf16",
                         help="off: float32 (a CPU without bf16 instructions emulates it, slower than float32)")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.warmup < 0 or args.steps < 1 or args.epochs < 1:
-        parser.error(f"expected --rounds >= 1, --warmup >= 0, --steps >= 1 and --epochs >= 1 (got {args.rounds}, "
-                     f"{args.warmup}, {args.steps}, {args.epochs}). HINT: e.g. --rounds 2 --warmup 1 --steps 50")
+    warmup_steps = args.steps if args.warmup_steps is None else args.warmup_steps
+    if args.rounds < 1 or args.warmup < 0 or min(args.steps, warmup_steps, args.epochs) < 1:
+        parser.error(f"expected --rounds >= 1, --warmup >= 0, --steps >= 1, --warmup-steps >= 1 and --epochs >= 1 "
+                     f"(got {args.rounds}, {args.warmup}, {args.steps}, {warmup_steps}, {args.epochs}). "
+                     "HINT: e.g. --rounds 2 --warmup 1 --warmup-steps 20 --steps 50")
     import torchslurm
 
     environ = {"TORCHSLURM_DEVICE": "cpu"} if args.cpu or not torch.cuda.is_available() else {}
     with torchslurm.init(environ={**os.environ, **environ}) as ctx:
         device = ctx.device
         size = args.size or ("gpt2" if device.type == "cuda" else "small")
-        data = token_data(size, args.steps)
         tokens = args.epochs * args.steps * SIZES[size][5] * SIZES[size][3]
-        loops: dict[str, Callable[[Path], Callable[[], None] | None]] = {
-            "hand loop": lambda out: hand_loop(size, data, args.epochs, device, out, args.compile, args.amp),
-            "Trainer": lambda out: trainer_loop(size, data, args.epochs, device, out, ctx, args.compile, args.amp),
-        }
-        seconds: dict[str, list[float]] = {name: [] for name in loops}
-        compiling: dict[str, list[float]] = {name: [] for name in loops}
-        stepping: dict[str, list[float]] = {name: [] for name in loops}
-        phases: dict[str, list[dict[str, float]]] = {name: [] for name in loops}
+
+        def loops(steps: int) -> dict[str, Callable[[Path], Callable[[], None] | None]]:
+            data = token_data(size, steps)
+            return {"hand loop": lambda out: hand_loop(size, data, args.epochs, device, out, args.compile, args.amp),
+                    "Trainer": lambda out: trainer_loop(size, data, args.epochs, device, out, ctx, args.compile,
+                                                        args.amp)}
+
+        warm, timed_loops = loops(warmup_steps), loops(args.steps)
+        seconds: dict[str, list[float]] = {name: [] for name in timed_loops}
+        compiling: dict[str, list[float]] = {name: [] for name in timed_loops}
+        stepping: dict[str, list[float]] = {name: [] for name in timed_loops}
+        phases: dict[str, list[dict[str, float]]] = {name: [] for name in timed_loops}
         for r in range(-args.warmup, args.rounds):
-            for name in (list(loops) if r % 2 == 0 else list(reversed(loops))):
-                s, c, steps, parts = timed(loops[name], device)
+            these = timed_loops if r >= 0 else warm
+            for name in (list(these) if r % 2 == 0 else list(reversed(these))):
+                s, c, steps, parts = timed(these[name], device)
                 if r >= 0:
                     seconds[name].append(s)
                     compiling[name].append(c)
                     stepping[name].append(steps)
                     phases[name].append(parts)
                 label = f"round {r}" if r >= 0 else "warm-up"
-                print(f"{label} {name}: {tokens / s:,.0f} tokens/s ({s:.2f} s, {steps:.2f} s of it steps, "
+                ran = tokens if r >= 0 else tokens * warmup_steps // args.steps
+                print(f"{label} {name}: {ran / s:,.0f} tokens/s ({s:.2f} s, {steps:.2f} s of it steps, "
                       f"+ {c:.1f} s compiling)", file=sys.stderr, flush=True)
         model, _ = build(size, device)
         flops = model.flops_per_token()  # type: ignore[operator]
@@ -278,11 +290,12 @@ def main(argv: list[str] | None = None) -> int:
         "size": size, "parameters": params, "compile": args.compile, "amp": args.amp,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "torch": torch.__version__,
         "tokens_per_run": tokens, "rounds": args.rounds, "warmup_rounds": args.warmup,
+        "steps_per_epoch": args.steps, "epochs": args.epochs, "warmup_steps_per_epoch": warmup_steps,
         "tokens_per_s": rate, "ratio": rate["Trainer"] / rate["hand loop"],
         "compile_s": {name: statistics.median(c) for name, c in compiling.items()},
         "steps_tokens_per_s": {name: tokens / statistics.median(s) for name, s in stepping.items()},
         "besides_steps_s": {name: statistics.median(w - t for w, t in zip(seconds[name], stepping[name], strict=True))
-                            for name in loops},
+                            for name in timed_loops},
         "phases_s": {name: {key: statistics.median(p.get(key, 0.0) for p in runs) for key in runs[0]}
                      for name, runs in phases.items()},
         "mfu": {name: r * flops / peak for name, r in rate.items()} if peak else None,

@@ -41,10 +41,11 @@ def test_the_gpu_check_passes_in_its_reduced_form_on_the_cpu(tmp_path: Path) -> 
     assert "| compile | ok |" in done.stdout and "| cross_strategy | ok |" in done.stdout
 
 
-@pytest.mark.parametrize("bad", [["--rounds", "0"], ["--warmup", "-1"], ["--steps", "0"], ["--epochs", "0"]])
+@pytest.mark.parametrize("bad", [["--rounds", "0"], ["--warmup", "-1"], ["--steps", "0"], ["--warmup-steps", "0"],
+                                 ["--epochs", "0"]])
 def test_the_tokens_benchmark_refuses_counts_it_cannot_run_with_a_hint(bad: list[str]) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tokens.py"), "--cpu", *bad],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert "expected --rounds >= 1, --warmup >= 0, --steps >= 1 and --epochs >= 1" in done.stderr
-    assert "HINT: e.g. --rounds 2 --warmup 1 --steps 50" in done.stderr
+    assert "expected --rounds >= 1, --warmup >= 0, --steps >= 1, --warmup-steps >= 1 and --epochs >= 1" in done.stderr
+    assert "HINT: e.g. --rounds 2 --warmup 1 --warmup-steps 20 --steps 50" in done.stderr
