@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from torchslurm._version import __version__
+from torchslurm.cli.ending import exit_process
 from torchslurm.errors import TorchSlurmError, render
 
 # Subcommand modules, in the order `--help` lists them.
@@ -103,7 +104,7 @@ def setup_logging(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`torchslurm ARGS…` (sys.argv without `argv`); returns the exit code. Without `argv` (the program
-    itself) a subcommand may end the process at once with that code (its parser's `exit_process`)."""
+    itself) it ends the process with that code (cli.ending)."""
     parser = build_parser(commands_needed(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
     extra = _settings_anywhere(args, extra)
@@ -128,8 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for hints that quote the command
     setup_logging(args.verbose)
     code = _handle(args)
-    if argv is None and getattr(args, "exit_process", None):  # the program itself, not a call from Python
-        args.exit_process(code)
+    if argv is None:  # the program itself, not a call from Python
+        exit_process(code)
     return code
 
 

@@ -98,4 +98,6 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
 
 
 if __name__ == "__main__":  # a torchrun-mode job's agent: `python -m torchslurm.cli.agent`
-    sys.exit(main())
+    from torchslurm.cli.ending import exit_process
+
+    exit_process(main())

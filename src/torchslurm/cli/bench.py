@@ -130,4 +130,6 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # a rank started by `torchslurm bench`: python -m torchslurm.cli.bench
-    sys.exit(rank_main())
+    from torchslurm.cli.ending import exit_process
+
+    exit_process(rank_main())

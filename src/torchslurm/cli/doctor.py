@@ -175,4 +175,6 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # a rank started by `torchslurm doctor --ranks`: python -m torchslurm.cli.doctor
-    sys.exit(rank_main())
+    from torchslurm.cli.ending import exit_process
+
+    exit_process(rank_main())

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
 import logging
 import os
 import sys
-import threading
-from typing import NoReturn
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("script", help="the Python script to run (a module name with -m)")
     rest = parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     rest.required = False  # argparse counts a REMAINDER positional as required, and would say so when none is given
-    parser.set_defaults(handler=handle, exit_process=exit_process)
+    parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -48,19 +44,3 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     logger.info("%s", plan.reason)
     return launch.execute(plan, os.environ, max_restarts=args.max_restarts)
-
-
-def exit_process(code: int) -> NoReturn:
-    """End `torchslurm run` with `code` once its ranks are done, as Python's exit would but without
-    tearing down the interpreter: after local ranks this process holds torch, and freeing every module
-    and object of it takes longer than anything else the launcher does after the ranks have finished
-    (docs/benchmarks.md, launch). What Python does first is done: non-daemon threads are joined, atexit
-    handlers run (logging's flush among them), stdout and stderr are flushed."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # closed, or a pipe nobody reads any more
-            stream.flush()
-    os._exit(code)

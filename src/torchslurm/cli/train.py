@@ -184,4 +184,6 @@ def _print_outputs(run_dir: Path, last_checkpoint: Path | None, trackers: Sequen
 
 
 if __name__ == "__main__":  # a rank: `python -m torchslurm.cli.train`, started by `torchslurm train`
-    sys.exit(rank_main())
+    from torchslurm.cli.ending import exit_process
+
+    exit_process(rank_main())

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+import torchslurm.cli as cli_package
 from torchslurm.cli import main
-from torchslurm.cli import run as run_command
 from torchslurm.runtime import launch
 
 Run = Callable[..., tuple[int, str, str]]
@@ -297,7 +297,7 @@ def test_a_dry_run_leaves_no_run_dir_behind(cli: Run, tmp_path: Path) -> None:
 
 EXIT_PROCESS = """
 import atexit, sys, threading, time
-from torchslurm.cli.run import exit_process
+from torchslurm.cli.ending import exit_process
 atexit.register(lambda: print("atexit ran"))
 threading.Thread(target=lambda: (time.sleep(0.2), print("thread finished"))).start()
 sys.stdout.write("buffered, no newline; ")
@@ -316,9 +316,11 @@ def test_exit_process_ends_with_the_code_after_what_pythons_exit_does_first(code
 def test_the_program_ends_its_own_process_and_a_call_from_python_returns(cli: Run, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     ended: list[int] = []
-    monkeypatch.setattr(run_command, "exit_process", ended.append)
+    monkeypatch.setattr(cli_package, "exit_process", ended.append)
     assert cli("run", "--dry-run", "ok.py")[0] == 0 and ended == []
     monkeypatch.setattr(sys, "argv", ["torchslurm", "run", "--dry-run", "ok.py"])
     assert main() == 0 and ended == [0]
     monkeypatch.setattr(sys, "argv", ["torchslurm", "run", "missing.py"])
     assert main() == 2 and ended == [0, 2]
+    monkeypatch.setattr(sys, "argv", ["torchslurm", "train", "--dry-run", f"run_dir={tmp_path / 'r'}"])
+    assert main() == 0 and ended == [0, 2, 0]  # every command, not only run
