@@ -21,6 +21,7 @@ from torch import nn
 
 from torchslurm.errors import CheckpointError
 from torchslurm.train.checkpoint import lock
+from torchslurm.train.checkpoint.copying import device_ready
 from torchslurm.train.checkpoint.layout import FORMAT, folder_of, rank_file, step_dir
 from torchslurm.train.checkpoint.reading import load, load_latest, load_plain
 from torchslurm.train.checkpoint.state import load_into, load_single_file, local_bytes, split_state
@@ -147,7 +148,8 @@ class Checkpointer:
         tensors, plain = split_state(self.model, self.optimizer)
         overlap = beside is not None and local_bytes(tensors) >= self.overlap_min_bytes
         snap = Snapshot(self.root, progress.global_step, tensors, {"rng": progress.rng, "sums": progress.sums},
-                        self._main_state(progress, plain), self.keep_last, publish_after=beside if overlap else None)
+                        self._main_state(progress, plain), self.keep_last, publish_after=beside if overlap else None,
+                        ready=device_ready(tensors) if overlap else None)
         if self.background:
             snap.tensors = self._writer.stage(tensors)
             self._writer.start(snap)

@@ -37,6 +37,7 @@ from torchslurm.errors import CheckpointError
 from torchslurm.exitcodes import FAILED_EXIT_CODE
 from torchslurm.runtime.safefiles import open_write
 from torchslurm.train.checkpoint import hashed, shards
+from torchslurm.train.checkpoint.copying import Ready, copying_after
 from torchslurm.train.checkpoint.layout import (
     FORMAT,
     MARKER,
@@ -71,6 +72,8 @@ class Snapshot:
     publish_after: threading.Event | None = None
     """Rank 0 publishes the checkpoint only once this is set (the epoch's metrics are logged first:
     a checkpoint never leads its own epoch's record)."""
+    ready: Ready | None = None
+    """Live GPU tensors written beside other work: copied to the host after this, off its stream."""
 
 
 class Durability:
@@ -227,10 +230,11 @@ def _write_files(snap: Snapshot, staging: Path, rank: int, pool: ThreadPoolExecu
     -> file (relative to `staging`) -> checksum."""
     mine = {}
     own = {rank_file(rank): snap.rank_state}
-    if sharded:
-        own[shard_file(rank)] = shards.parts(snap.tensors, rank)
-    elif rank == 0:  # on the CPU (no copy there), so that it loads anywhere, memory-mapped
-        own[TENSORS_FILE] = {key: value.detach().cpu() for key, value in snap.tensors.items()}
+    with copying_after(snap.ready):
+        if sharded:
+            own[shard_file(rank)] = shards.parts(snap.tensors, rank)
+        elif rank == 0:  # on the CPU (no copy there), so that it loads anywhere, memory-mapped
+            own[TENSORS_FILE] = {key: value.detach().cpu() for key, value in snap.tensors.items()}
     if snap.trainer_state is not None:
         own[STATE_FILE] = snap.trainer_state
     for name, state in own.items():
