@@ -13,6 +13,8 @@ on the built-in GPT and text corpus) and says ok or not with its numbers:
 - compile: compile=true under ddp, 1 epoch + 1 resumed = 2 straight (bitwise, with deterministic=true);
   under fsdp a compile=false checkpoint resumed with compile=true; checkpoint keys as without compile;
 - peak GPU memory per strategy (the epoch records' peak_gpu_memory_mib);
+- copy_stream: a save beside validation copies its GPU tensors on a side stream, not waiting for the work
+  queued after its snapshot (checkpoint.copying);
 - tokens: benchmarks/tokens.py, the Trainer against a hand-written loop (GPT-2 small on a GPU).
 
 Every run is --nproc ranks (default 1: one GPU): with one, ddp is the plain one-process path (the same
@@ -163,6 +165,44 @@ def check_bench(machine: Machine) -> dict[str, Any]:
     return {"backend": "nccl" if machine.gpu else "gloo", "result": json.loads(out.read_text())}
 
 
+def check_copy_stream(machine: Machine) -> dict[str, Any]:
+    """A save beside validation copies its GPU tensors off the training stream (checkpoint.copying): on a
+    saving thread, the copy of a snapshot ends while ~1 s of work queued after it still runs, and equals
+    the tensor. On the CPU there is no stream: the snapshot needs no event."""
+    import threading
+
+    import torch
+
+    from torchslurm.train.checkpoint.copying import copying_after, device_ready
+
+    if not machine.gpu:
+        if device_ready({"w": torch.ones(3)}) is not None:
+            raise Failed("a snapshot of CPU tensors got a CUDA event")
+        return {"gpu": False}
+    weights = {"w": torch.randn(1 << 22, device="cuda")}
+    ready = device_ready(weights)
+    x = torch.randn(4096, 4096, device="cuda")
+    for _ in range(200):  # queued after the snapshot, as validation's kernels are
+        x = torch.nn.functional.normalize(x @ x, dim=1)
+    queued = torch.cuda.Event()
+    queued.record()
+    seen: dict[str, Any] = {}
+
+    def save() -> None:  # the saving thread: its current device and stream are its own
+        with copying_after(ready):
+            seen["copy"] = weights["w"].cpu()
+        seen["queue_still_running"] = not queued.query()
+
+    thread = threading.Thread(target=save)
+    thread.start()
+    thread.join()
+    if not seen["queue_still_running"]:
+        raise Failed("the snapshot's copy waited for the work queued after it (it ran on the training stream)")
+    if not torch.equal(seen["copy"], weights["w"].cpu()):
+        raise Failed("the snapshot's copy differs from the tensor")
+    return {"gpu": True, "queue_still_running": True}
+
+
 def check_amp_resume(machine: Machine) -> dict[str, Any]:
     return {"amp": machine.fp16, **same_as_straight(machine, "amp", f"amp={machine.fp16}")}
 
@@ -250,7 +290,7 @@ def check_compile(machine: Machine) -> dict[str, Any]:
 def check_tokens(machine: Machine) -> dict[str, Any]:
     out = machine.root / "tokens.json"
     size = [] if machine.gpu else ["--cpu", "--size", "tiny", "--no-compile"]
-    rounds = ["--rounds", "2", "--warmup", "1", "--steps", "50"] if machine.gpu else \
+    rounds = ["--rounds", "2", "--warmup", "1", "--warmup-steps", "10", "--steps", "50"] if machine.gpu else \
         ["--rounds", "1", "--warmup", "0", "--steps", "2"]
     args = [*size, *rounds]
     done = subprocess.run([sys.executable, str(HERE / "tokens.py"), *args, "--json", str(out)], capture_output=True,
@@ -261,7 +301,8 @@ def check_tokens(machine: Machine) -> dict[str, Any]:
 
 
 CHECKS: dict[str, Callable[[Machine], dict[str, Any]]] = {  # the most telling first: a run cut short keeps them
-    "doctor": check_doctor, "bench": check_bench, "tokens": check_tokens, "compile": check_compile,
+    "doctor": check_doctor, "bench": check_bench, "copy_stream": check_copy_stream, "tokens": check_tokens,
+    "compile": check_compile,
     "amp_resume": check_amp_resume, "fsdp_async_preempt": check_fsdp_async_preempt,
     "cross_strategy": check_cross_strategy,
 }

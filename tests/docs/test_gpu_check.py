@@ -31,7 +31,8 @@ def test_the_gpu_check_passes_in_its_reduced_form_on_the_cpu(tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(out.read_text())
     checks = found["checks"]
-    assert list(checks) == ["doctor", "bench", "tokens", "compile", "fsdp_async_preempt", "cross_strategy"]
+    assert list(checks) == ["doctor", "bench", "copy_stream", "tokens", "compile", "fsdp_async_preempt",
+                            "cross_strategy"]
     assert all(check["ok"] for check in checks.values()), checks
     assert found["machine"]["ranks"] == 1 and found["machine"]["cuda"] is None
     assert checks["compile"]["ddp"]["bitwise"] and checks["compile"]["fsdp"]["off_then_on"]
