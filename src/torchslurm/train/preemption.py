@@ -358,9 +358,9 @@ class Agreement:
             return
         self._mine = None
         cuda = dist.get_backend() == "nccl"
-        device = torch.device("cuda", torch.cuda.current_device()) if cuda else None
         values = [mine.warning, mine.terminate, mine.deadline, mine.interrupt, interval]
-        self._flags = torch.tensor(values, dtype=torch.int32, device=device)
+        flags = torch.tensor(values, dtype=torch.int32)  # on CUDA, copied from pinned memory: no stream drained
+        self._flags = flags.pin_memory().to(torch.cuda.current_device(), non_blocking=True) if cuda else flags
         self._work = dist.all_reduce(self._flags, op=dist.ReduceOp.MAX, async_op=True)
         self._copied: torch.cuda.Event | None = None
         if cuda:
