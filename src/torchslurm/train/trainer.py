@@ -316,11 +316,11 @@ class Trainer:
                          pin_memory=self._pin, generator=torch.Generator().manual_seed(self.config.seed),
                          collate_fn=self.collate_fn)
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)
-        model = self.strategy.eval_module  # DDP: the unwrapped module, no hooks or collectives per batch
-        model.eval()
+        model = self.strategy.eval_module.eval()  # DDP: the unwrapped module, no hooks or collectives per batch
         with torch.no_grad():
-            for batch in loader:
-                sums += self.stepper.sums(self.stepper.forward(model, to_device(batch, self.device), evaluating=True))
+            for batch in loader:  # copied as training's are: without waiting for the device's queue
+                found = self.stepper.forward(model, to_device(batch, self.device, non_blocking=True), evaluating=True)
+                sums += self.stepper.sums(found)
                 self.hang.beat()
             one = DataLoader(data, batch_size=1, collate_fn=self.collate_fn)
             self.strategy.pad_evaluation(data, len(loader), self.config.batch_size, lambda: self.stepper.forward(
