@@ -15,12 +15,24 @@ def exit_process(code: int) -> NoReturn:
     process that imported torch spends about a second of CPU freeing its modules and objects, longer than
     anything a launcher does after its ranks have finished, and a rank after its last checkpoint
     (docs/benchmarks.md, launch). What Python does first is done: non-daemon threads are joined (a rank's
-    last curves.png), atexit handlers run (logging's flush, the trackers'), stdout and stderr are flushed."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    last curves.png) once told to end (idle thread pools, such as the compiler's), atexit handlers run
+    (logging's flush, the trackers'), stdout and stderr are flushed."""
+    _join_threads()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # closed, or a pipe nobody reads any more
             stream.flush()
     os._exit(code)
+
+
+def _join_threads() -> None:
+    """What the interpreter does first at exit: threading's own exit hooks, which tell the workers of
+    idle thread pools (concurrent.futures) to end, then every non-daemon thread joined. Joining without
+    the hooks would wait for those workers forever."""
+    shutdown = getattr(threading, "_shutdown", None)  # the interpreter's own call, in every CPython 3.11+
+    if shutdown is not None:
+        shutdown()
+        return
+    for thread in threading.enumerate():  # pragma: no cover - another Python
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()

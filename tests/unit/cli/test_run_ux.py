@@ -4,7 +4,6 @@ was given, what was expected and a HINT, before any rank starts (also for --dry-
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -292,25 +291,7 @@ def test_a_dry_run_leaves_no_run_dir_behind(cli: Run, tmp_path: Path) -> None:
     code, _, _ = cli("train", "--dry-run", f"run_dir={tmp_path / 'a' / 'b'}")
     assert code == 0 and not (tmp_path / "a").exists()
 
-
 # ---- the end of the program -------------------------------------------------------------
-
-EXIT_PROCESS = """
-import atexit, sys, threading, time
-from torchslurm.cli.ending import exit_process
-atexit.register(lambda: print("atexit ran"))
-threading.Thread(target=lambda: (time.sleep(0.2), print("thread finished"))).start()
-sys.stdout.write("buffered, no newline; ")
-exit_process(int(sys.argv[1]))
-"""
-
-
-@pytest.mark.parametrize("code", [0, 3, 130])
-def test_exit_process_ends_with_the_code_after_what_pythons_exit_does_first(code: int) -> None:
-    done = subprocess.run([sys.executable, "-c", EXIT_PROCESS, str(code)], capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert (done.returncode, done.stderr) == (code, "")
-    assert done.stdout == "buffered, no newline; thread finished\natexit ran\n"
 
 
 def test_the_program_ends_its_own_process_and_a_call_from_python_returns(cli: Run, tmp_path: Path,
