@@ -20,5 +20,7 @@ tail -6 "$out/gpu-check.log"
 timeout 400 "$python" benchmarks/tokens.py --rounds 2 --warmup 1 --warmup-steps 20 --steps "${STEPS:-300}" \
     ${TOKENS_ARGS:-} --json "$out/tokens.json" > "$out/tokens.log" 2>&1
 echo "tokens.py exited $?"
-grep -v "val loss" "$out/tokens.log" | grep -E "round|warm-up|ratio|steps_tokens|besides|mfu" -A3 | head -40
+grep -E "^(round|warm-up)" "$out/tokens.log"
+"$python" -c "import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ('ratio', \
+'tokens_per_s', 'steps_tokens_per_s', 'besides_steps_s', 'phases_s', 'mfu')}, indent=1))" "$out/tokens.json"
 rm -rf "$out/runs"
