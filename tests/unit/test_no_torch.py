@@ -19,7 +19,7 @@ TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "
                  "torchslurm.train.strategy", "torchslurm.train.tasks", "torchslurm.train.text",
                  "torchslurm.train.checkpoint.hashed", "torchslurm.train.checkpoint.reading",
                  "torchslurm.train.checkpoint.state", "torchslurm.train.checkpoint.shards",
-                 "torchslurm.train.checkpoint.writer",
+                 "torchslurm.train.checkpoint.writer", "torchslurm.train.checkpoint.copying",
                  "torchslurm.train.checkpoint.checkpointer", "torchslurm.train.checkpoint.weights",
                  "torchslurm.train.batches", "torchslurm.train.step",
                  "torchslurm.doctor.bench"}
