@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
+from torchslurm.cli.ending import exit_process
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from torchslurm.runtime.launch import signal_exit_code
 
@@ -98,6 +99,4 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
 
 
 if __name__ == "__main__":  # a torchrun-mode job's agent: `python -m torchslurm.cli.agent`
-    from torchslurm.cli.ending import exit_process
-
     exit_process(main())

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from torchslurm.cli.ending import exit_process
 from torchslurm.doctor.bench import DEFAULT_SIZES, OPS, BenchConfig, parse_sizes
 from torchslurm.errors import ConfigError, TorchSlurmError
 
@@ -130,6 +131,4 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # a rank started by `torchslurm bench`: python -m torchslurm.cli.bench
-    from torchslurm.cli.ending import exit_process
-
     exit_process(rank_main())

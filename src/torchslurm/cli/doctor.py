@@ -19,6 +19,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from torchslurm.cli.ending import exit_process
+
 if TYPE_CHECKING:
     from torchslurm.doctor.facts import Report
 
@@ -175,6 +177,4 @@ def rank_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # a rank started by `torchslurm doctor --ranks`: python -m torchslurm.cli.doctor
-    from torchslurm.cli.ending import exit_process
-
     exit_process(rank_main())

@@ -26,13 +26,7 @@ def exit_process(code: int) -> NoReturn:
 
 
 def _join_threads() -> None:
-    """What the interpreter does first at exit: threading's own exit hooks, which tell the workers of
-    idle thread pools (concurrent.futures) to end, then every non-daemon thread joined. Joining without
-    the hooks would wait for those workers forever."""
-    shutdown = getattr(threading, "_shutdown", None)  # the interpreter's own call, in every CPython 3.11+
-    if shutdown is not None:
-        shutdown()
-        return
-    for thread in threading.enumerate():  # pragma: no cover - another Python
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    """What the interpreter does first at exit (CPython's own call): threading's exit hooks, which tell the
+    workers of idle thread pools (concurrent.futures) to end, then every non-daemon thread joined. Joining
+    without the hooks would wait for those workers forever."""
+    threading._shutdown()  # type: ignore[attr-defined]

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchslurm.cli.ending import exit_process
+
 if TYPE_CHECKING:
     from torchslurm.train.config import ExampleConfig, TrainConfig
 
@@ -184,6 +186,4 @@ def _print_outputs(run_dir: Path, last_checkpoint: Path | None, trackers: Sequen
 
 
 if __name__ == "__main__":  # a rank: `python -m torchslurm.cli.train`, started by `torchslurm train`
-    from torchslurm.cli.ending import exit_process
-
     exit_process(rank_main())
