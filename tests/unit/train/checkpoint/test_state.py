@@ -155,6 +155,26 @@ def test_split_state_of_an_fsdp2_module_equals_dcps_get_state_dict(one_rank_grou
                 assert mine[key] == value, key
 
 
+def test_split_state_of_a_ddp_module_equals_dcps_get_state_dict(one_rank_group: None) -> None:
+    """DDP's state is its module's, under the module's names: the direct path holds the same live
+    tensors under the same names as get_state_dict."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    _trained(model, optimizer, torch.randn(4, 3))
+    ours = _plain_state_dict(model, optimizer)
+    assert ours is not None and "0.weight" in ours[0] and "state.2.bias.exp_avg" in ours[1]
+    for mine, reference in zip(ours, get_state_dict(model, optimizer, options=_FLAT), strict=True):
+        assert list(mine) == list(reference)
+        for key, value in reference.items():
+            if isinstance(value, torch.Tensor):
+                assert mine[key].data_ptr() == value.data_ptr(), key
+            else:
+                assert mine[key] == value, key
+
+
 def test_split_state_leaves_wrapped_and_tied_modules_to_dcp() -> None:
     class Tied(nn.Module):
         def __init__(self) -> None:
