@@ -33,9 +33,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def folder_of(job: str | None, run_dir: Path | None, home: Path) -> Path:
     """The folder the ranks watch, or a ConfigError saying why there is none."""
+    from torchslurm.jobs.slurm import check_job_id
     from torchslurm.runtime.stackwatch import job_dir, watching
 
-    folder = run_dir if run_dir is not None else job_dir(str(job), home)
+    # a job id names a folder under ~/.torchslurm/jobs: never one outside it (`../..`)
+    folder = run_dir if run_dir is not None else job_dir(check_job_id(str(job)), home)
     if watching([folder]):
         return folder
     if run_dir is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from torchslurm.errors import SlurmError
 from torchslurm.jobs.slurm import check_job_id
+from torchslurm.runtime.slurmlayout import slurm_job_id
 from torchslurm.runtime.stackwatch import job_dir
 
 POINTER = "run_dir"
@@ -60,7 +61,4 @@ def recall(job_id: str, environ: Mapping[str, str]) -> Path | None:
 
 def job_of(environ: Mapping[str, str]) -> str | None:
     """The id `status` is given for this job: ARRAYJOB_TASK for an array task, else SLURM_JOB_ID."""
-    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
-        return f"{array}_{task}"
-    return environ.get("SLURM_JOB_ID") or None
+    return slurm_job_id(environ) or None

@@ -49,3 +49,14 @@ def test_job_and_run_dir_exclude_each_other(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit, match="2"):
         main(["stacks", "12", "--run-dir", "x"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("job", ["12x", "../../etc", "77/.."])
+def test_a_job_id_that_is_not_one_is_refused_before_any_folder_is_read(
+        job: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for reached in (tmp_path / "etc", tmp_path / ".torchslurm" / "jobs"):  # watched folders `..` would reach
+        StackWatch(0, 1).add(reached)
+    assert main(["stacks", job, "--wait", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert f"job id {job!r} is not a Slurm job id" in err and "HINT: `torchslurm status` lists your jobs" in err
