@@ -54,7 +54,7 @@ def _plain_state_dict(model: nn.Module,
     parameters under their own names, and the optimizer holds them. None for any other module, and
     for an optimizer without state yet (DCP creates it, and loading needs those targets)."""
     if isinstance(model, _WRAPPERS):
-        model = model.module
+        model = cast(nn.Module, model.module)
     named = list(model.named_parameters(remove_duplicate=False))
     names = {id(p): name for name, p in named}
     params = [p for group in optimizer.param_groups for p in group["params"]]
