@@ -21,7 +21,7 @@ from torchslurm.jobs.sbatch import rank_output, render
 from torchslurm.jobs.slurm import JobStatus, SlurmClient
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
-from torchslurm.runtime.launch import script_problem
+from torchslurm.runtime.launch import data_file_kind, script_problem
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +108,14 @@ def script_missing(spec: JobSpec, cwd: Path, submitting: bool) -> list[Finding]:
     `script`, which only prints, maybe for another machine. A file that exists only on the compute
     nodes is still possible: --force submits anyway.
     """
+    kind = data_file_kind(spec.script)
+    if kind is not None:
+        return [Finding("error" if submitting else "warning", "script-is-config",
+                        f"script {spec.script!r} is a {kind} file: the job would run `python {spec.script}` and fail "
+                        "at once.",
+                        f"a job spec goes after --spec (`--spec {spec.script}`), the training script after the "
+                        "flags or as script: in the spec; a config file of the script's own goes after the script, "
+                        "among its arguments")]
     path = cwd / spec.script
     if script_problem(str(path)) is None:  # what `torchslurm run` accepts: a file, or a folder with __main__.py
         return []

@@ -93,10 +93,24 @@ def nproc_problem(nproc: int | None) -> ConfigError | None:
     return below_minimum("--nproc", nproc, 1, hint="--nproc 2 starts two ranks.")
 
 
+_DATA_FILES = {".yaml": "YAML", ".yml": "YAML", ".json": "JSON", ".toml": "TOML"}
+
+
+def data_file_kind(script: str) -> str | None:
+    """"YAML", "JSON" or "TOML" where `script` is named as such a file (a config or job spec given where
+    the training script goes, which python cannot run), else None."""
+    return _DATA_FILES.get(Path(script).suffix.lower())
+
+
 def script_problem(script: str) -> ConfigError | None:
     """Why `python script` cannot start, or None: it must be a file (or a folder with __main__.py,
-    which python runs too)."""
+    which python runs too), and not a config file."""
     path = Path(script)
+    kind = data_file_kind(script)
+    if kind is not None and not path.is_dir():
+        return ConfigError(f"script {script!r} is a {kind} file, not a Python script: `python {script}` would fail.",
+                           "give the training script first and this file among its arguments, e.g. "
+                           f"`torchslurm run --nproc 2 train.py --config {script}`.")
     if path.is_file() or (path.is_dir() and (path / "__main__.py").is_file()):
         return None
     if path.is_dir():

@@ -103,6 +103,26 @@ def test_submit_refuses_a_missing_training_script(tmp_path: Path, monkeypatch: p
     assert main(["submit", "--force", "nothere.py"]) == 0 and len(no_sbatch) == 1  # only on the nodes: forced
 
 
+@pytest.mark.parametrize("given", ["job.yaml", "job.YML", "config.json", "settings.toml"])
+def test_submit_refuses_a_job_spec_given_as_the_training_script(given: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                no_sbatch: list[Path],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`submit job.yaml` for `submit --spec job.yaml`: the file exists, but python cannot run it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / given).write_text("script: train.py\n")
+    assert main(["submit", given]) == 2
+    err = capsys.readouterr().err
+    kind = {"yaml": "YAML", "yml": "YAML", "json": "JSON", "toml": "TOML"}[given.rsplit(".", 1)[1].lower()]
+    assert (f"error: [script-is-config] script {given!r} is a {kind} file: the job would run `python {given}` and "
+            f"fail at once. HINT: a job spec goes after --spec (`--spec {given}`)") in err
+    assert no_sbatch == []
+    assert main(["script", given]) == 0 and "warning: [script-is-config]" in capsys.readouterr().err
+    assert main(["run", given]) == 2
+    assert (f"error: script {given!r} is a {kind} file, not a Python script: `python {given}` would fail. HINT: give "
+            f"the training script first and this file among its arguments") in capsys.readouterr().err
+
+
 def test_script_warns_about_a_missing_training_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
