@@ -53,7 +53,7 @@ def _plain_state_dict(model: nn.Module,
     get_state_dict gives it); FSDP2's `fully_shard` renames nothing: its state_dict holds the DTensor
     parameters under their own names, and the optimizer holds them. None for any other module, and
     for an optimizer without state yet (DCP creates it, and loading needs those targets)."""
-    if isinstance(model, _WRAPPERS):
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):  # get_state_dict drops its `module.`
         model = cast(nn.Module, model.module)
     named = list(model.named_parameters(remove_duplicate=False))
     names = {id(p): name for name, p in named}
