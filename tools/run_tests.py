@@ -21,6 +21,8 @@ the 2-core VM, 2026-11-27: 32.5-33.7 min (setup 2.6-3.3; round 1: the cluster ha
 GPU check, beside 23.7-26; round 2: 3.7-4 beside unit + mypy); it was 39 min before these two moves.
 2026-11-28, after every torchslurm program and rank program ends without the interpreter's teardown
 (cli.ending): 32.0 and 28.5 min (round 1: 24.6 beside 23.8; 22.2 beside 21.3).
+2026-11-28 on a faster 2-core VM (AMD EPYC Zen 4): 20.0 min (setup 2.5; tests 17.5); round 1 uses 88 % of
+both cores (sampled every 5 s): the suite is CPU-bound, not waiting on Slurm.
 
 Before either round, torchslurm's and the tests' modules are compiled to bytecode once, as a wheel's
 install does (an editable install does not): where PYTHONDONTWRITEBYTECODE is set, as on this project's machines,
