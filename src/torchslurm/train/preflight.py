@@ -82,3 +82,24 @@ def optimizer_problem(model: Any, optimizer: Any) -> ConfigError | None:
         f"the Trainer ({type(model).__name__}, {len(own)} parameter tensor(s)).",
         "build the optimizer from that model's parameters, e.g. torch.optim.AdamW(model.parameters()); a learnable "
         "value outside it (a loss weight) belongs in an nn.Module inside the model.")
+
+
+def data_problem(train_data: Any, val_data: Any) -> ConfigError | None:
+    """The Trainer's datasets must be map-style (len() and [i]: each rank reads its own share of the
+    indices), `val_data` may be None (no validation), and the training data must not be empty: an
+    empty one would "train" zero steps and end as if all went well."""
+    for name, data in (("train_data", train_data), ("val_data", val_data)):
+        if data is None and name == "val_data":
+            continue
+        lacks = [what for what, method in (("len()", "__len__"), ("[i]", "__getitem__")) if not hasattr(data, method)]
+        if lacks:
+            given = "is None" if data is None else f"({type(data).__name__}) has no {' and no '.join(lacks)}"
+            return ConfigError(
+                f"{name} {given}; expected a map-style Dataset (len() and [i]): each rank reads its own share of "
+                "its indices.",
+                "pass a torch.utils.data.Dataset with __len__ and __getitem__ (a list of samples works too); an "
+                "IterableDataset has no indices to share out: keep its samples in a list, or index your files")
+    if len(train_data) == 0:
+        return ConfigError(f"train_data ({type(train_data).__name__}) holds no samples; expected at least one.",
+                           "check how it is built: a data path or a filter that matched nothing is the usual cause")
+    return None

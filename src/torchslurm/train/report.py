@@ -135,7 +135,8 @@ class RunReport:
         stepping = elapsed_s - compiling
         rate = seen / stepping if stepping > 0 else 0.0  # units (samples, tokens) this run trained
         unit, per_rank = self.task.unit, rate / self.topo.world_size
-        logger.info("Epoch %d - %s (validation)", epoch, self.task.summary(val))
+        shown = f"{self.task.summary(val)} (validation)" if val.count else "no validation data"
+        logger.info("Epoch %d - %s", epoch, shown)
         logger.info("  train %s, %.0f %s/s (%.0f per rank), %.1f s%s", self.task.summary(train).lower(), rate, unit,
                     per_rank, elapsed_s, f" ({compiling:.1f} s of it compiling)" if compiling else "")
         self.log.append({

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.rundir import remember
@@ -35,7 +35,7 @@ from torchslurm.train.hang import hang_watch
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
 from torchslurm.train.outcome import RunOutcome, requeued
 from torchslurm.train.preemption import Preemption, PreemptionConfig, preemption_config
-from torchslurm.train.preflight import optimizer_problem, run_dir_problem
+from torchslurm.train.preflight import data_problem, optimizer_problem, run_dir_problem
 from torchslurm.train.report import RunReport
 from torchslurm.train.requeue import Runner, requeues_after_failure
 from torchslurm.train.rng import make_repeatable, rng_state, seed_everything, set_rng_state
@@ -96,7 +96,7 @@ class Trainer:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                  loss_fn: Callable[..., torch.Tensor] | None,
-                 train_data: Dataset[Any], val_data: Dataset[Any], config: TrainConfig, *,
+                 train_data: Dataset[Any], val_data: Dataset[Any] | None, config: TrainConfig, *,
                  ctx: DistContext | None = None,
                  scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
                  should_stop: Callable[[], bool] | None = None, preemption: PreemptionConfig | None = None,
@@ -105,6 +105,7 @@ class Trainer:
                  collate_fn: Callable[[list[Any]], Any] | None = None) -> None:
         environ = os.environ if environ is None else environ
         ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True), optimizer_problem(model, optimizer),
+                               data_problem(train_data, val_data),
                                installed_problem(config.trackers, config.mlflow_uri)])  # before any rank trains
         self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device
@@ -112,12 +113,11 @@ class Trainer:
         make_repeatable(config.deterministic)
         self.model = model.to(self.device)
         self.strategy = make_strategy(self.model, optimizer, config, self.topo)
-        self.train_module = self.strategy.train_module
-        """What training calls: the model, or its DDP wrapper."""
+        self.train_module = self.strategy.train_module  # what training calls: the model, or its DDP wrapper
         self.task = task or (loss_only() if step else classification())
         self.optimizer, self.loss_fn, self.collate_fn = optimizer, loss_fn, collate_fn
         self.stepper = Stepper(self.task, loss_fn, step, self.topo.rank, config.amp, self.device.type)
-        self.train_data, self.val_data = train_data, val_data
+        self.train_data, self.val_data = train_data, Subset(train_data, []) if val_data is None else val_data
         self.lr_factor = config.lr_factor(self.topo.world_size)
         for group in optimizer.param_groups:
             group["lr"] = config.lr * self.lr_factor

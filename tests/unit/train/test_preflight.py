@@ -1,14 +1,20 @@
 """train.preflight: run_dir is tried for real (mkdir and a probe file), not judged by permission bits; the
-optimizer must hold the model's parameters."""
+optimizer must hold the model's parameters; the datasets must be map-style, the training data not empty."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
+from torch.utils.data import IterableDataset, TensorDataset
 
-from torchslurm.train.preflight import optimizer_problem, run_dir_problem
+from torchslurm.errors import ConfigError
+from torchslurm.train.config import TrainConfig
+from torchslurm.train.preflight import data_problem, optimizer_problem, run_dir_problem
+from torchslurm.train.trainer import Trainer
 
 
 def test_a_writable_run_dir_passes_and_only_keep_created_leaves_it(tmp_path: Path) -> None:
@@ -54,3 +60,41 @@ def test_an_optimizer_on_another_modules_parameters_is_refused_when_the_trainer_
     temperature = nn.Parameter(torch.ones(()))
     mixed = optimizer_problem(model, torch.optim.SGD([*model.parameters(), temperature], lr=0.1))
     assert mixed is not None and "3 parameter tensor(s) and 1 of them is not among" in mixed.message
+
+
+class _Stream(IterableDataset[int]):
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(range(4))
+
+
+def test_datasets_must_be_map_style_and_the_training_data_not_empty() -> None:
+    data = TensorDataset(torch.zeros(4, 2), torch.zeros(4))
+    assert data_problem(data, data) is None and data_problem([(1, 2)], None) is None  # None: no validation
+    for train, val, expected in ((None, data, "train_data is None; expected a map-style Dataset (len() and [i])"),
+                                 (_Stream(), data, "train_data (_Stream) has no len(); expected a map-style"),
+                                 (data, _Stream(), "val_data (_Stream) has no len(); expected a map-style"),
+                                 (data, 7, "val_data (int) has no len() and no [i]; expected"),
+                                 (TensorDataset(torch.zeros(0, 2)), data,
+                                  "train_data (TensorDataset) holds no samples; expected at least one.")):
+        problem = data_problem(train, val)
+        assert problem is not None and problem.message.startswith(expected), (expected, problem)
+        assert problem.hint
+
+
+def _trainer(tmp_path: Path, train: object, val: object) -> Trainer:
+    model = nn.Linear(2, 2)
+    config = TrainConfig(epochs=2, batch_size=4, lr=0.1, run_dir=tmp_path / "run", log_every=0)
+    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy,
+                   train, val, config, environ={})  # type: ignore[arg-type]
+
+
+def test_the_trainer_refuses_empty_training_data_and_trains_without_validation_data(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(ConfigError, match=r"train_data \(TensorDataset\) holds no samples.*HINT: check how it is"):
+        _trainer(tmp_path, TensorDataset(torch.zeros(0, 2), torch.zeros(0, dtype=torch.long)), None)
+    data = TensorDataset(torch.randn(8, 2), torch.tensor([0, 1] * 4))
+    with caplog.at_level(logging.INFO, logger="torchslurm"):
+        result = _trainer(tmp_path, data, None).fit()
+    assert (result.exit_code, result.epochs_done, result.global_step, result.val.count) == (0, 2, 4, 0)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Epoch")] == \
+        ["Epoch 1 - no validation data", "Epoch 2 - no validation data"]
