@@ -245,7 +245,7 @@ def unknown_keys_error(source: str, unknown: Sequence[str], valid: Sequence[str]
     (the first 20 of them: a file may hold thousands)."""
     named = [shown(key)[1:-1] for key in unknown[:20]] + ([f"and {len(unknown) - 20} more"] if unknown[20:] else [])
     guesses = [f"{shown(key)[1:-1]} -> {close[0]}" for key in unknown[:20]
-               if (close := difflib.get_close_matches(key.lstrip("_")[:100], valid, n=1))]
+               if (close := difflib.get_close_matches(key.lstrip("_")[:100], valid, n=1, cutoff=0.7))]
     did_you_mean = f"did you mean {', '.join(guesses)}? " if guesses else ""
     if any(key.startswith("__") for key in unknown):  # `--tasks-per-node: 2`: a flag's spelling in a file
         did_you_mean += "a file's keys have no leading -- (tasks_per_node: 2 or tasks-per-node: 2); "

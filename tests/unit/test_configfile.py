@@ -279,6 +279,9 @@ def test_unknown_keys_are_named_with_a_guess_for_each_typo() -> None:
         "tasks-per-node: 2); valid keys are script, nodes, time.")
     error = unknown_keys_error("TrainConfig(...)", ["zzz"], ["lr", "seed"])
     assert (error.message, error.hint) == ("unknown key(s) in TrainConfig(...): zzz.", "valid keys are lr, seed.")
+    # a key of the built-in examples given to TrainConfig: no far-fetched guess (it used to be hang_action)
+    error = unknown_keys_error("TrainConfig(...)", ["val_fraction", "epoks"], ["epochs", "hang_action"])
+    assert error.hint == "did you mean epoks -> epochs? valid keys are epochs, hang_action."
 
 
 def test_unknown_keys_past_twenty_are_counted_not_named() -> None:
