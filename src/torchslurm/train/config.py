@@ -265,7 +265,7 @@ def preflight(example: ExampleConfig, cfg: TrainConfig, cuda_devices: int) -> No
     the GPUs the ranks will see. Raises one ConfigError naming every problem."""
     ConfigError.raise_any([
         device_problem(cfg, "cuda" if cuda_devices else "cpu"),
-        _resume_problem(cfg.resume, cfg.run_dir),
+        resume_problem(cfg.resume, cfg.run_dir),
         run_dir_problem(cfg.run_dir),
         _data_dir_problem(example),
         installed_problem(cfg.trackers, cfg.mlflow_uri),
@@ -282,7 +282,9 @@ def device_problem(cfg: TrainConfig, device_type: str) -> ConfigError | None:
     return compiler_problem(device_type) if cfg.compile else None
 
 
-def _resume_problem(resume: str, run_dir: Path) -> ConfigError | None:
+def resume_problem(resume: str, run_dir: Path) -> ConfigError | None:
+    """resume= must be auto, never or a complete checkpoint folder (checked before any rank starts, and by
+    the Trainer: a TrainConfig of one's own meets it there)."""
     if resume in ("auto", "never"):
         return None
     path = Path(resume)

@@ -28,7 +28,7 @@ from torchslurm.runtime.distributed import stack_watch
 from torchslurm.train.batches import to_device
 from torchslurm.train.checkpoint.checkpointer import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.layout import CHECKPOINTS
-from torchslurm.train.config import TrainConfig, device_problem
+from torchslurm.train.config import TrainConfig, device_problem, resume_problem
 from torchslurm.train.data import ShardSampler, batches, epoch_batches
 from torchslurm.train.events import EventWriter
 from torchslurm.train.hang import hang_watch
@@ -105,7 +105,7 @@ class Trainer:
                  collate_fn: Callable[[list[Any]], Any] | None = None) -> None:
         environ = os.environ if environ is None else environ
         ConfigError.raise_any([run_dir_problem(config.run_dir, keep_created=True), optimizer_problem(model, optimizer),
-                               data_problem(train_data, val_data),
+                               data_problem(train_data, val_data), resume_problem(config.resume, config.run_dir),
                                installed_problem(config.trackers, config.mlflow_uri)])  # before any rank trains
         self.config, self.topo = config, topology(ctx, environ)
         self.device = self.topo.device

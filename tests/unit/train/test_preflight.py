@@ -81,9 +81,9 @@ def test_datasets_must_be_map_style_and_the_training_data_not_empty() -> None:
         assert problem.hint
 
 
-def _trainer(tmp_path: Path, train: object, val: object) -> Trainer:
+def _trainer(tmp_path: Path, train: object, val: object, resume: str = "auto") -> Trainer:
     model = nn.Linear(2, 2)
-    config = TrainConfig(epochs=2, batch_size=4, lr=0.1, run_dir=tmp_path / "run", log_every=0)
+    config = TrainConfig(epochs=2, batch_size=4, lr=0.1, run_dir=tmp_path / "run", log_every=0, resume=resume)
     return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy,
                    train, val, config, environ={})  # type: ignore[arg-type]
 
@@ -98,3 +98,12 @@ def test_the_trainer_refuses_empty_training_data_and_trains_without_validation_d
     assert (result.exit_code, result.epochs_done, result.global_step, result.val.count) == (0, 2, 4, 0)
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Epoch")] == \
         ["Epoch 1 - no validation data", "Epoch 2 - no validation data"]
+
+
+def test_the_trainer_refuses_a_resume_that_names_no_checkpoint_before_it_starts(tmp_path: Path) -> None:
+    """As `torchslurm train` does before any rank starts; a TrainConfig of one's own used to meet it only in
+    fit(), as a CheckpointError about a missing state.pt."""
+    data = TensorDataset(torch.randn(8, 2), torch.tensor([0, 1] * 4))
+    with pytest.raises(ConfigError, match=r"resume='sometimes': no such folder; expected auto, never or a checkpoint "
+                                          r"folder .*HINT: resume=auto continues"):
+        _trainer(tmp_path, data, data, resume="sometimes")
