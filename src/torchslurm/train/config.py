@@ -118,7 +118,7 @@ class TrainConfig:
     report again after the next hang) | off."""
     trackers: str = ""
     """Besides metrics.jsonl and TensorBoard, rank 0 logs the same records to: wandb, mlflow or wandb,mlflow ('':
-    none); each is an extra, pip install 'torchslurm[wandb]' (docs/training.md#trackers)."""
+    none; a list of the names too); each is an extra, pip install 'torchslurm[wandb]' (docs/training.md#trackers)."""
     tracker_project: str = "torchslurm"
     """The W&B project and MLflow experiment of the run; a sweep's points are grouped by the sweep's name (W&B
     group, MLflow experiment <tracker_project>/<sweep>)."""
@@ -129,6 +129,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         ConfigError.raise_any(_type_problems(self))  # the checks below compare values of the right type
         object.__setattr__(self, "run_dir", Path(self.run_dir))
+        object.__setattr__(self, "trackers", _listed_trackers(self.trackers))
         ConfigError.raise_any([
             *(_at_least(self, name, 1)
               for name in ("epochs", "batch_size", "grad_accum_steps", "keep_last", "straggler_window")),
@@ -235,6 +236,22 @@ def _type_problems(config: TrainConfig | ExampleConfig) -> Iterator[ConfigError]
             yield from exc.problems
 
 
+_EMPTY_TEXT_EXAMPLES = {"trackers": "wandb,mlflow", "mlflow_uri": "sqlite:///mlflow.db", "fsdp_wrap": "Block"}
+
+
+def _text_example(name: str) -> str:
+    """A valid value of the text field `name` for a hint: its default, unless that is empty."""
+    defaults = {f.name: f.default for cls in (TrainConfig, ExampleConfig) for f in fields(cls)}
+    return _EMPTY_TEXT_EXAMPLES.get(name) or str(defaults.get(name) or "auto")
+
+
+def _listed_trackers(value: Any) -> Any:
+    """trackers=["wandb", "mlflow"] (or a list in a settings file) as "wandb,mlflow"; anything else as it is."""
+    if isinstance(value, list | tuple) and all(isinstance(name, str) for name in value):
+        return ",".join(value)
+    return value
+
+
 def _field_types(cls: type) -> dict[str, str]:
     return {f.name: str(f.type) for f in fields(cls)}
 
@@ -243,6 +260,7 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
     """`value` (parsed by YAML/TOML) as the field's type, or a ConfigError naming the field."""
     if value is None and "None" in kind:
         return None
+    value = _listed_trackers(value) if name == "trackers" else value
     base = kind.replace(" | None", "")
     ok = {
         "int": isinstance(value, int) and not isinstance(value, bool),
@@ -252,7 +270,7 @@ def _coerce(name: str, kind: str, value: Any, source: str) -> Any:
         "Path": isinstance(value, str | Path) and str(value) != "",
     }[base]
     if not ok:
-        example = {"int": "3", "float": "0.01", "bool": "true", "str": "auto", "Path": "runs/demo"}[base]
+        example = {"int": "3", "float": "0.01", "bool": "true", "str": _text_example(name), "Path": "runs/demo"}[base]
         wanted = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "text",
                   "Path": "a path"}[base]
         raise ConfigError(f"{name}={shown(value)} in {source}: expected {wanted}.", f"e.g. {name}={example}.")

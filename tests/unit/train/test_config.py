@@ -118,6 +118,20 @@ def test_the_python_api_gets_a_config_error_for_a_wrong_type_not_a_type_error() 
         TrainConfig(epochs=0, lr=None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"^2 invalid settings:\n  dataset=None in ExampleConfig: expected text"):
         ExampleConfig(dataset=None, momentum="high")  # type: ignore[arg-type]
+    # the hint's example is a value the field takes (it was `auto` for every text field)
+    with pytest.raises(ConfigError, match=r"^strategy=True in TrainConfig: expected text\. HINT: e\.g\. "
+                                          r"strategy=ddp\.$"):
+        TrainConfig(strategy=True)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^trackers=\[1\] in TrainConfig: expected text\. HINT: e\.g\. "
+                                          r"trackers=wandb,mlflow\.$"):
+        TrainConfig(trackers=[1])  # type: ignore[arg-type]
+
+
+def test_trackers_may_be_a_list_of_names() -> None:
+    assert TrainConfig(trackers=["wandb", "mlflow"]).trackers == "wandb,mlflow"  # type: ignore[arg-type]
+    assert TrainConfig(trackers=()).trackers == ""  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^trackers='neptune' is not one of wandb, mlflow"):
+        TrainConfig(trackers=["neptune"])  # type: ignore[arg-type]
 
 
 def test_max_samples_must_not_be_negative() -> None:
