@@ -285,10 +285,8 @@ def problems(spec: JobSpec, spelling: Spelling = SPEC_FILE) -> list[ConfigError]
 
 def _as_sequence(name: str, value: object) -> Sequence[object]:
     if isinstance(value, str) or not isinstance(value, Sequence):
-        if isinstance(value, str):  # setup: one line as given; args: one item per word
-            example = json.dumps(value.split() if name == "args" else [value])
-        else:
-            example = '["...", "..."]'
+        example = (json.dumps(value.split() if name == "args" else [value]) if isinstance(value, str)
+                   else '["...", "..."]')  # setup: one line as given; args: one item per word
         raise ConfigError(f"{name}={shown(value)} is a {type(value).__name__}, expected a list of strings.",
                           f"write {name}: {example} (a list, one item per {_ITEM[name]}).")
     return value
@@ -302,6 +300,8 @@ def _check_env(env: object) -> dict[str, str]:
         if not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
             raise ConfigError(f"env key {shown(key)} is not a shell variable name.",
                               "use letters, digits and `_`, not starting with a digit.")
+        if not isinstance(value, str | int | float):  # a list, a mapping, or None (YAML's `KEY:` alone)
+            raise ConfigError(f"env {key}={shown(value)}: expected text or a number.", f'e.g. {key}: "0,1", or "".')
         out[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
 
