@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from torchslurm.errors import CheckpointError, ConfigError
+from torchslurm.errors import ConfigError
 from torchslurm.train import data
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.models import SimpleConvNet
@@ -60,9 +60,10 @@ def test_lr_scaling_is_a_function_of_world_size(tmp_path: Path) -> None:
     assert trainer.lr_factor == 1.0 and trainer.optimizer.param_groups[0]["lr"] == 0.05  # one process
 
 
-def test_resume_from_a_missing_path_says_so(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match=r"no state\.pt in .*nowhere.*HINT: pass resume="):
-        _trainer(tmp_path, resume=str(tmp_path / "nowhere")).fit()
+def test_resume_from_a_missing_path_says_so_when_the_trainer_is_built(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"resume='.*nowhere': no such folder; expected auto, never or a checkpoint "
+                                          r"folder.*HINT: resume=auto continues"):
+        _trainer(tmp_path, resume=str(tmp_path / "nowhere"))
 
 
 def test_explicit_resume_path_and_step_checkpoints(tmp_path: Path) -> None:
