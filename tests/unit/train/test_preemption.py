@@ -501,8 +501,9 @@ def test_with_peers_each_rank_proposes_the_steps_that_make_the_check_period(
 
     peers = _Peers(0, [0, 0, 0, 0, 0])  # the peer proposes nothing larger
     peers.install(monkeypatch)
-    clock = iter(times)
-    monkeypatch.setattr(preemption.time, "monotonic", lambda: next(clock))
+    clock, real, here = iter(times), preemption.time.monotonic, threading.get_ident()
+    # time is the module every thread uses: a thread left running by another test reads the real clock
+    monkeypatch.setattr(preemption.time, "monotonic", lambda: next(clock) if threading.get_ident() == here else real())
     stop = Preemption(PreemptionConfig(check_every=check_every, check_period_s=0.25), environ={})
     steps = 0
     while len(peers.reduced) < len(times):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,8 +110,10 @@ def test_compile_seconds_are_left_out_of_the_rates_and_shown_beside_them(
     report = _report(tmp_path, compile=True)
     report.start(1.0)
     assert "compile=true: 2.0 s compiling before the first step" in lines.messages
-    clock = iter([10.0, 14.0])
-    monkeypatch.setattr(report_module.time, "perf_counter", lambda: next(clock))
+    clock, real, here = iter([10.0, 14.0]), report_module.time.perf_counter, threading.get_ident()
+    # time is the module every thread uses: a thread left running by another test reads the real clock
+    monkeypatch.setattr(report_module.time, "perf_counter",
+                        lambda: next(clock) if threading.get_ident() == here else real())
     window = torch.tensor([28.0, 14.0, 28.0], dtype=torch.float64)  # 28 samples a rank, 4 ranks
     report.steps(window, 0.0, epoch=0, batch=2, total=5, step=2, lr=0.05)  # 10 s, 3 of them compiling
     assert "16 samples/s (+ 3.0 s compiling)" in lines.messages[-1]  # 112 samples / 7 s of stepping
