@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from torchslurm.jobs.slurm import SQUEUE_FORMAT, SlurmClient, parse_scontrol, parse_squeue, status_from_scontrol
+from torchslurm.jobs.slurm import SlurmClient
+from torchslurm.jobs.slurmoutput import SQUEUE_FORMAT, parse_scontrol, parse_squeue, status_from_scontrol
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.submit import submit
 

@@ -97,7 +97,7 @@ def unpointed_shell_hint(exc: SlurmError, environ: Mapping[str, str],
     """`exc` (a Slurm command that found no controller) with the hint to source the sandbox's env.sh
     when a sandbox is up and this shell's SLURM_CONF is not its own; `exc` itself otherwise. The
     generic hint would say to bring one up, which is wrong when one is running."""
-    from torchslurm.jobs.slurm import controller_unreachable
+    from torchslurm.jobs.slurmoutput import controller_unreachable
 
     running = lab_dir()
     cfg = sandbox.load_config(running) if running is not None else None

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def folder_of(job: str | None, run_dir: Path | None, home: Path) -> Path:
     """The folder the ranks watch, or a ConfigError saying why there is none."""
-    from torchslurm.jobs.slurm import check_job_id
+    from torchslurm.jobs.slurmoutput import check_job_id
     from torchslurm.runtime.stackwatch import job_dir, watching
 
     # a job id names a folder under ~/.torchslurm/jobs: never one outside it (`../..`)

@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.jobs.slurm import SlurmClient, explain_reason
+    from torchslurm.jobs.slurm import SlurmClient
+    from torchslurm.jobs.slurmoutput import explain_reason
 
     client = SlurmClient()
     if args.job is None:

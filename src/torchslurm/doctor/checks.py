@@ -29,7 +29,7 @@ from torchslurm.doctor.facts import (
 )
 from torchslurm.doctor.netcheck import check_interfaces, check_master_addr, check_master_port
 from torchslurm.errors import ConfigError, EnvError, TorchSlurmError
-from torchslurm.jobs import slurm
+from torchslurm.jobs.slurmoutput import failure_hint
 from torchslurm.runtime import devices, distenv, netif
 from torchslurm.runtime.launch import gpus_on_node
 
@@ -188,7 +188,7 @@ def check_controller(facts: Facts) -> Check:
     in_job = "SLURM_JOB_ID" in facts.environ
     effect = ("srun cannot start job steps and a requeue after preemption fails" if in_job
               else "sbatch and `torchslurm submit` fail here; `torchslurm run` on this machine still works")
-    hint = (slurm.failure_hint(output) if not states else
+    hint = (failure_hint(output) if not states else
             "check that slurmctld runs on that host (`systemctl status slurmctld` there, or ask your admins) and that "
             "this node reaches its SlurmctldPort; with no cluster, `torchslurm sandbox up` starts a local one.")
     return Check("slurm_controller", "error" if in_job else "warning",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torchslurm import hostlist
 from torchslurm.errors import render
-from torchslurm.jobs.slurm import NodeInfo
+from torchslurm.jobs.slurmoutput import NodeInfo
 from torchslurm.jobs.spec import TIME_PATTERN, JobSpec, parse_slurm_version
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 from torchslurm.severity import SEVERITIES as SEVERITIES  # re-exported: lint names them from here

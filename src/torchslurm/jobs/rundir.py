@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from torchslurm.errors import SlurmError
-from torchslurm.jobs.slurm import check_job_id
+from torchslurm.jobs.slurmoutput import check_job_id
 from torchslurm.runtime.slurmlayout import slurm_job_id
 from torchslurm.runtime.stackwatch import job_dir
 

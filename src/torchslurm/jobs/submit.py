@@ -18,7 +18,8 @@ from pathlib import Path
 from torchslurm.errors import ConfigError, SlurmError
 from torchslurm.jobs.findings import Finding, capacity, log_dir_missing, validate
 from torchslurm.jobs.sbatch import rank_output, render
-from torchslurm.jobs.slurm import JobStatus, SlurmClient
+from torchslurm.jobs.slurm import SlurmClient
+from torchslurm.jobs.slurmoutput import JobStatus
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 from torchslurm.runtime.launch import data_file_kind, script_problem

@@ -326,7 +326,7 @@ def test_spec_flags_show_the_field_help() -> None:
 
 
 def _recorded_status(name: str) -> object:
-    from torchslurm.jobs.slurm import parse_scontrol, status_from_scontrol
+    from torchslurm.jobs.slurmoutput import parse_scontrol, status_from_scontrol
 
     return status_from_scontrol(parse_scontrol((Path(__file__).parents[2] / "fixtures" / "slurm_output" / name)
                                                .read_text()))

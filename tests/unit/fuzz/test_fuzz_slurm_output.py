@@ -11,7 +11,7 @@ from tests.unit.fuzz.conftest import FUZZ, answered
 
 from torchslurm.cli.cancel import check_signal
 from torchslurm.doctor.bench import parse_sizes
-from torchslurm.jobs.slurm import (
+from torchslurm.jobs.slurmoutput import (
     check_job_id,
     end_time_from_scontrol,
     gpus_of_gres,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from torchslurm.jobs.findings import SEVERITIES, Finding, by_severity, capacity, validate
-from torchslurm.jobs.slurm import NodeInfo
+from torchslurm.jobs.slurmoutput import NodeInfo
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import command_line
 

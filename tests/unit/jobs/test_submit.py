@@ -10,7 +10,8 @@ import pytest
 from tests.unit.jobs.conftest import FakeRun, fixture
 
 from torchslurm.errors import ConfigError, SlurmError
-from torchslurm.jobs.slurm import SlurmClient, parse_scontrol
+from torchslurm.jobs.slurm import SlurmClient
+from torchslurm.jobs.slurmoutput import parse_scontrol
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.submit import (
     Job,

@@ -11,7 +11,8 @@ import pytest
 from tests.unit.jobs.conftest import FakeRun, fixture
 
 from torchslurm.errors import ConfigError, TorchSlurmError
-from torchslurm.jobs.slurm import SlurmClient, parse_scontrol
+from torchslurm.jobs.slurm import SlurmClient
+from torchslurm.jobs.slurmoutput import parse_scontrol
 from torchslurm.jobs.sweepstate import (
     MANIFEST_FILE,
     OUTCOME_FILE,

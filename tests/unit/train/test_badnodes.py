@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tests.unit.jobs.conftest import fixture
 
-from torchslurm.jobs.slurm import parse_scontrol
+from torchslurm.jobs.slurmoutput import parse_scontrol
 from torchslurm.train.badnodes import (
     JobNodes,
     NodeFault,
