@@ -52,11 +52,19 @@ from torchslurm.sandbox.config import (
     state_json,
     veth_name,
 )
+from torchslurm.sandbox.daemons import (
+    SYSTEM_PATH,
+    daemon_pid_files,
+    pid_alive,
+    remove_cgroup_dirs,
+    start_daemon,
+    tail,
+    terminate,
+)
 
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = Path("/tmp/torchslurm-sandbox.lock")
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READY_STATES = {"idle", "mix", "mixed", "alloc", "allocated", "comp", "completing"}
 
 
@@ -144,23 +152,6 @@ def _run(argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None 
     return result
 
 
-def _pid_alive(pid_file: Path, comm: str) -> int | None:
-    """The pid in pid_file if that process is alive *and* is the expected program (pids get reused)."""
-    try:
-        pid = int(pid_file.read_text().split()[0])
-        actual = Path(f"/proc/{pid}/comm").read_text().strip()
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if actual == comm else None
-
-
-def _daemon_pid_files(cfg: SandboxConfig) -> dict[str, tuple[Path, str]]:
-    files = {"munged": (cfg.munged_pid_file, "munged"), "slurmctld": (cfg.slurmctld_pid_file, "slurmctld")}
-    for i in cfg.node_indexes():
-        files[f"slurmd@{node_name(i)}"] = (cfg.slurmd_pid_file(i), "slurmd")
-    return files
-
-
 def ensure_packages(run: Callable[..., subprocess.CompletedProcess[str]] = _run,
                     which: Callable[..., str | None] = shutil.which) -> list[str]:
     """apt-get install Debian's Slurm and munge when missing; returns the packages installed."""
@@ -202,23 +193,6 @@ def _write_files(cfg: SandboxConfig) -> None:
             dev.chmod(0o666)
 
 
-def _start_daemon(cfg: SandboxConfig, name: str, argv: list[str]) -> None:
-    """Start a daemon that forks itself into the background; its launcher's output goes to a log."""
-    log = cfg.lab_dir / "log" / f"{name}.start.log"
-    with open(log, "w") as out:
-        rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                            timeout=60, env={**os.environ, "PATH": SYSTEM_PATH}).returncode
-    if rc != 0:
-        raise SlurmError(f"starting {name} failed ({rc}): {_tail(log)}.", f"see {cfg.lab_dir}/log")
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 def _sinfo(cfg: SandboxConfig) -> dict[str, str]:
     env = job_environ(cfg, {"PATH": SYSTEM_PATH})
     result = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
@@ -236,7 +210,7 @@ def wait_ready(cfg: SandboxConfig, timeout_s: float | None = None) -> dict[str, 
                                             for s in states.values()):
             return states
         if time.monotonic() > deadline:
-            logs = "; ".join(f"{n}: {_tail(cfg.lab_dir / 'log' / f'slurmd-{n}.log', 3)}"
+            logs = "; ".join(f"{n}: {tail(cfg.lab_dir / 'log' / f'slurmd-{n}.log', 3)}"
                              for n in states or ["?"])
             raise SlurmError(
                 f"sandbox nodes not ready after {timeout_s:.0f} s: sinfo says {states or 'nothing'}; {logs}.",
@@ -250,7 +224,7 @@ def status(lab_dir: Path | None = None) -> SandboxStatus:
     cfg = load_config(lab)
     if cfg is None:
         return SandboxStatus(lab_dir=lab, config=None)
-    daemons = {name: _pid_alive(f, comm) for name, (f, comm) in _daemon_pid_files(cfg).items()}
+    daemons = {name: pid_alive(f, comm) for name, (f, comm) in daemon_pid_files(cfg).items()}
     states = _sinfo(cfg) if daemons["slurmctld"] and daemons["munged"] else {}
     return SandboxStatus(lab_dir=lab, config=cfg, daemons=daemons, node_states=states)
 
@@ -295,12 +269,12 @@ def up(cfg: SandboxConfig) -> SandboxStatus:
 def _up(cfg: SandboxConfig) -> SandboxStatus:
     t0 = time.monotonic()
     _write_files(cfg)
-    _start_daemon(cfg, "munged", munged_argv(cfg))
+    start_daemon(cfg, "munged", munged_argv(cfg))
     for argv in network_commands(cfg):
         _run(argv)
-    _start_daemon(cfg, "slurmctld", slurmctld_argv(cfg))
+    start_daemon(cfg, "slurmctld", slurmctld_argv(cfg))
     for i in cfg.node_indexes():
-        _start_daemon(cfg, f"slurmd-{node_name(i)}", slurmd_argv(cfg, i))
+        start_daemon(cfg, f"slurmd-{node_name(i)}", slurmd_argv(cfg, i))
     wait_ready(cfg)
     logger.info("sandbox up in %.1f s: %d nodes in %s", time.monotonic() - t0, cfg.nodes, cfg.lab_dir)
     return dataclasses.replace(status(cfg.lab_dir), started=True)
@@ -314,33 +288,12 @@ def down(lab_dir: Path | None = None) -> list[str]:
         return _down(cfg) if cfg is not None else []
 
 
-def _terminate(pids: list[int], grace_s: float = 5.0) -> None:
-    """TERM, wait up to grace_s for all, then KILL the rest (slurmctld takes 3-4 s to stop)."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _is_zombie(p)]
-        time.sleep(0.05)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _down(cfg: SandboxConfig) -> list[str]:
     t0 = time.monotonic()
     ours = trust.existing(cfg.lab_dir.parent, "parent") and trust.existing(cfg.lab_dir, "dir")  # else: EnvError
     removed: list[str] = []
-    daemons = {name: _pid_alive(f, comm) for name, (f, comm) in _daemon_pid_files(cfg).items()}
-    _terminate([pid for pid in daemons.values() if pid])
+    daemons = {name: pid_alive(f, comm) for name, (f, comm) in daemon_pid_files(cfg).items()}
+    terminate([pid for pid in daemons.values() if pid])
     removed += [f"{name} (pid {pid})" for name, pid in daemons.items() if pid]
     for i in cfg.node_indexes():
         ns = netns_name(i)
@@ -362,25 +315,11 @@ def _down(cfg: SandboxConfig) -> list[str]:
         if Path(f"/sys/class/net/{veth_name(i)}").exists():
             _run(["ip", "link", "del", veth_name(i)], check=False)
             removed.append(f"veth {veth_name(i)}")
-    removed += _remove_cgroup_dirs(cfg)
+    removed += remove_cgroup_dirs(cfg)
     if ours:
         shutil.rmtree(cfg.lab_dir, ignore_errors=True)
         removed.append(f"dir {cfg.lab_dir}")
     logger.info("sandbox down in %.1f s", time.monotonic() - t0)
-    return removed
-
-
-def _remove_cgroup_dirs(cfg: SandboxConfig, root: Path = Path("/sys/fs/cgroup")) -> list[str]:
-    """Empty `slurm_<node>` cgroup dirs that slurmd's cgroup code leaves behind."""
-    removed = []
-    for i in cfg.node_indexes():
-        for top in root.glob(f"*/slurm_{node_name(i)}"):
-            for d in [*sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True), top]:
-                with contextlib.suppress(OSError):
-                    if d.is_dir():
-                        d.rmdir()
-            if not top.exists():
-                removed.append(f"cgroup {top}")
     return removed
 
 
@@ -391,7 +330,7 @@ def node_exec_argv(node: str, argv: Sequence[str], lab_dir: Path | None = None) 
     if cfg is None:
         raise EnvError(f"no sandbox in {lab}.", "torchslurm sandbox up")
     i = node_index(node, cfg.nodes)
-    pid = _pid_alive(cfg.slurmd_pid_file(i), "slurmd")
+    pid = pid_alive(cfg.slurmd_pid_file(i), "slurmd")
     if pid is None:
         raise SlurmError(f"slurmd of {node_name(i)} is not running in {lab}.",
                          "torchslurm sandbox down && torchslurm sandbox up")
