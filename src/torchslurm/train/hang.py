@@ -42,7 +42,7 @@ from torchslurm.errors import ConfigError, TorchSlurmError
 from torchslurm.runtime.safefiles import open_append, replace
 from torchslurm.runtime.stackdump import RankStack, snapshot
 from torchslurm.runtime.stackreport import format_groups
-from torchslurm.train.watchdog import store_client
+from torchslurm.train.storecalls import store_client
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store

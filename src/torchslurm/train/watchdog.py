@@ -40,13 +40,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from torchslurm.errors import DistributedError
 from torchslurm.train.badnodes import NodeFault, fault_of, own_error, silent_nodes, unreachable_fault
 from torchslurm.train.diagnosis import Peer, diagnosis, first_sentence, silent_ranks, store_peer
+from torchslurm.train.storecalls import STORE_TIMEOUT_S, read_counters, store_client, within
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -57,7 +57,6 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 DEFAULT_INTERVAL_S = 1.0
-STORE_TIMEOUT_S = 5.0
 HEARTBEAT_TIMEOUT_S = 10.0
 """How long one heartbeat store call may take: a loaded store answers late (a 1 s limit failed with
 32 ranks on 2 CPUs). After a failure it reconnects only while rank 0's store still accepts
@@ -140,8 +139,8 @@ class Watchdog:
         self.peers = [p for p in gathered if p is not None]
         connect_s = self.timeouts.connect_s
         try:
-            store = _within(connect_s, lambda: self._store(connect_s))
-            _within(connect_s, lambda: store.add(_BEAT.format(self.ctx.rank), 1))
+            store = within(connect_s, lambda: self._store(connect_s))
+            within(connect_s, lambda: store.add(_BEAT.format(self.ctx.rank), 1))
         except Exception as exc:  # DistNetworkError/DistStoreError/OSError: a slow or overloaded store
             self.store_trouble += 1
             logger.warning("rank %d: the watchdog's heartbeat could not reach the store at %s:%d (%s); training goes "
@@ -187,7 +186,7 @@ class Watchdog:
         failures = 0
         while not self._stop.wait(self.interval_s):
             try:
-                _within(self.timeouts.heartbeat_s, functools.partial(store.add, key, 1))
+                within(self.timeouts.heartbeat_s, functools.partial(store.add, key, 1))
                 failures = 0
             except Exception:
                 self.store_trouble += 1
@@ -202,7 +201,7 @@ class Watchdog:
                     return
                 logger.debug("heartbeat of rank %d timed out; reconnecting", self.ctx.rank, exc_info=True)
                 try:
-                    store = _within(self.timeouts.heartbeat_s, lambda: self._store(self.timeouts.heartbeat_s))
+                    store = within(self.timeouts.heartbeat_s, lambda: self._store(self.timeouts.heartbeat_s))
                 except Exception:
                     return
 
@@ -228,7 +227,7 @@ class Watchdog:
         if self.store_reachability() != "ok":  # a failed TCPStore() logs a C++ stack trace: avoid it
             return None
         try:
-            return _within(2 * self.timeouts.diagnosis_s, lambda: request(self._store(self.timeouts.diagnosis_s)))
+            return within(2 * self.timeouts.diagnosis_s, lambda: request(self._store(self.timeouts.diagnosis_s)))
         except Exception:  # connect/read timeouts surface as RuntimeError, DistStoreError, OSError
             return None
 
@@ -329,49 +328,6 @@ class Watchdog:
                          if stages[rank] < 2 and after[rank] != before[rank]]
             if not undecided:
                 return
-
-
-def store_client(ctx: DistContext, timeout_s: float = STORE_TIMEOUT_S) -> Store:
-    """A new client of the job's store, in this run's part of it (a thread of its own needs its own
-    client: one TCPStore client serves one request at a time)."""
-    from torch._C._distributed_c10d import PrefixStore, TCPStore
-
-    env = ctx.env
-    store = TCPStore(env.master_addr, env.master_port, is_master=False,
-                     timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
-    return PrefixStore(ctx.store_prefix, store)
-
-
-def read_counters(store: Store, keys: list[str]) -> list[int]:
-    """Counters kept with `add`: one request for all when every key exists (N ranks reading N keys each
-    is N requests, not N²), else one `add(key, 0)` each, which reads a missing key as 0."""
-    if keys and store.check(keys):
-        return [int(value) for value in store.multi_get(keys)]
-    return [int(store.add(key, 0)) for key in keys]
-
-
-def _within(seconds: float, call: Callable[[], _T]) -> _T:
-    """call() in a daemon thread; TimeoutError when it has not returned within `seconds`. A TCPStore
-    client's connect ignores its own timeout while the server process is stopped (SIGSTOP; measured
-    here: blocked for good), so every store call of the watchdog is bounded this way; a call left
-    blocked only holds a daemon thread."""
-    outcome: list[tuple[bool, object]] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as exc:  # handed to the caller below
-            outcome.append((False, exc))
-
-    worker = threading.Thread(target=run, name="torchslurm-store-call", daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if not outcome:
-        raise TimeoutError(f"the store did not answer within {seconds:g} s")
-    ok, value = outcome[0]
-    if not ok:
-        raise value  # type: ignore[misc]
-    return value  # type: ignore[return-value]
 
 
 def _pid_namespace() -> str:

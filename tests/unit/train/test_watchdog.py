@@ -8,23 +8,11 @@ import time
 from typing import Any
 
 from torchslurm.train.diagnosis import Peer
-from torchslurm.train.watchdog import Watchdog, read_counters
+from torchslurm.train.watchdog import Watchdog
 
 CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
           "[198.18.0.12]:41234. This is typically caused by a remote worker crashing. GLHF!")
 TIMEOUT = "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv operation"
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 class _SlowStore:
@@ -281,33 +269,3 @@ def test_a_paused_store_neither_crashes_the_watchdogs_start_nor_gets_a_rank_accu
         server.wait()
     assert "the watchdog's heartbeat could not reach the store at 127.0.0.1" in caplog.text
     assert str(found).startswith("could not tell which rank failed: rank 0's store on "), str(found)
-
-
-class _CountingStore:
-    """A real store client that counts the requests made through it."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.requests = inner, 0
-
-    def __getattr__(self, name: str) -> Any:
-        def call(*args: Any) -> Any:
-            self.requests += 1
-            return getattr(self.inner, name)(*args)
-        return call
-
-
-def test_counters_of_every_rank_are_read_in_one_request_when_all_exist() -> None:
-    from datetime import timedelta
-
-    from torch._C._distributed_c10d import PrefixStore, TCPStore
-
-    server = TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=5), wait_for_workers=False)
-    store = _CountingStore(PrefixStore("run/", server))
-    keys = [f"beat/{rank}" for rank in range(64)]
-    for rank, key in enumerate(keys):
-        store.inner.add(key, rank)
-    assert read_counters(store, keys) == list(range(64))  # type: ignore[arg-type]
-    assert store.requests == 2  # check + multi_get, not 64 reads
-    store.requests = 0
-    assert read_counters(store, [*keys[:3], "beat/never"]) == [0, 1, 2, 0]  # type: ignore[arg-type]
-    assert store.requests == 1 + 4  # a missing key: one read each, the missing one as 0
