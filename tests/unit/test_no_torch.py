@@ -21,7 +21,7 @@ TORCH_MODULES = {"torchslurm.runtime.distributed", "torchslurm.train.trainer", "
                  "torchslurm.train.checkpoint.state", "torchslurm.train.checkpoint.shards",
                  "torchslurm.train.checkpoint.writer", "torchslurm.train.checkpoint.copying",
                  "torchslurm.train.checkpoint.checkpointer", "torchslurm.train.checkpoint.weights",
-                 "torchslurm.train.batches", "torchslurm.train.step",
+                 "torchslurm.train.batches", "torchslurm.train.step", "torchslurm.train.validation",
                  "torchslurm.doctor.bench"}
 TORCH_FREE_MODULES = sorted(
     name for name in (".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")

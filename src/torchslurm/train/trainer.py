@@ -29,7 +29,7 @@ from torchslurm.train.batches import to_device
 from torchslurm.train.checkpoint.checkpointer import Checkpointer, TrainProgress
 from torchslurm.train.checkpoint.layout import CHECKPOINTS
 from torchslurm.train.config import TrainConfig, device_problem, resume_problem
-from torchslurm.train.data import ShardSampler, batches, epoch_batches
+from torchslurm.train.data import epoch_batches
 from torchslurm.train.events import EventWriter
 from torchslurm.train.hang import hang_watch
 from torchslurm.train.metrics import CurvePlotter, MetricsLog, Totals, all_reduce_sums, totals
@@ -45,6 +45,7 @@ from torchslurm.train.strategy import make_scaler, make_strategy, restore_scaler
 from torchslurm.train.tasks import Task, classification, loss_only
 from torchslurm.train.topology import topology
 from torchslurm.train.trackers import installed_problem, run_trackers
+from torchslurm.train.validation import Validator
 from torchslurm.train.watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -141,6 +142,8 @@ class Trainer:
                               run_trackers(config.to_dict(), environ) if self.is_main else None)
         self.curves = CurvePlotter(config.run_dir / "curves.png", self.log.records)
         self.report = RunReport(self.topo, config, self.task, self.log, self.curves)
+        self.validator = Validator(self.strategy, self.stepper, self.topo, config.batch_size, config.seed,
+                                   self._loading(), beat=self.hang.beat)
         self.epoch, self.batches_done, self.global_step = 0, 0, 0
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch, this rank
         self.checkpointer = Checkpointer(
@@ -288,12 +291,12 @@ class Trainer:
     def _train_loader(self) -> DataLoader[Any]:
         cfg = self.config
         return epoch_batches(self.train_data, cfg.batch_size, self.topo.rank, self.topo.world_size, cfg.seed,
-                             self.epoch, self.batches_done, num_workers=cfg.num_workers, pin_memory=self._pin,
-                             collate_fn=self.collate_fn)
+                             self.epoch, self.batches_done, **self._loading())
 
-    @property
-    def _pin(self) -> bool:
-        return self.config.pin_memory and self.device.type == "cuda"
+    def _loading(self) -> dict[str, Any]:
+        """The DataLoader options of training and validation alike."""
+        return {"num_workers": self.config.num_workers, "collate_fn": self.collate_fn,
+                "pin_memory": self.config.pin_memory and self.device.type == "cuda"}
 
     def evaluate(self, dataset: Dataset[Any] | None = None) -> Totals:
         """Exact loss and accuracy over `dataset` (default: the validation data), all ranks together.
@@ -301,37 +304,14 @@ class Trainer:
         return totals(all_reduce_sums(self._validation_sums(dataset)))
 
     def _validation_sums(self, dataset: Dataset[Any] | None) -> torch.Tensor:
-        """This rank's sums over its shard of `dataset` (default: the validation data). The random
-        streams are put back as they were: how often a run validates never changes its training."""
-        streams = rng_state()
-        try:
-            return self._validate(dataset)
-        finally:
-            set_rng_state(streams)
-
-    def _validate(self, dataset: Dataset[Any] | None) -> torch.Tensor:
-        data = self.val_data if dataset is None else dataset
-        sampler = ShardSampler(len(data), self.topo.rank, self.topo.world_size)  # type: ignore[arg-type]
-        loader = batches(data, sampler, self.config.batch_size, num_workers=self.config.num_workers,
-                         pin_memory=self._pin, generator=torch.Generator().manual_seed(self.config.seed),
-                         collate_fn=self.collate_fn)
-        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
-        model = self.strategy.eval_module.eval()  # DDP: the unwrapped module, no hooks or collectives per batch
-        with torch.no_grad():
-            for batch in loader:  # copied as training's are: without waiting for the device's queue
-                found = self.stepper.forward(model, to_device(batch, self.device, non_blocking=True), evaluating=True)
-                sums += self.stepper.sums(found)
-                self.hang.beat()
-            one = DataLoader(data, batch_size=1, collate_fn=self.collate_fn)
-            self.strategy.pad_evaluation(data, len(loader), self.config.batch_size, lambda: self.stepper.forward(
-                model, to_device(next(iter(one)), self.device), evaluating=True))
-        model.train()
-        return sums
+        """This rank's sums over its shard of `dataset` (default: the validation data), the random
+        streams put back as they were (train.validation)."""
+        return self.validator.sums(self.val_data if dataset is None else dataset)
 
     def _finish_epoch(self, seen: int, elapsed_s: float) -> Totals:
         """Validate, reduce the epoch's sums, log the per-epoch line, write metrics and plot; the
         epoch's checkpoint, when one is due, is written meanwhile in the background (validation
-        changes neither model nor optimizer, nor, see _validation_sums, the random streams), so an
+        changes neither model nor optimizer, nor the random streams: train.validation), so an
         epoch end costs what validation costs (a small state is written first: Checkpointer.beside).
         Validation's and training's sums travel in one all_reduce: the epoch end's only collective
         on the training thread."""
