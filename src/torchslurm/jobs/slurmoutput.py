@@ -159,7 +159,7 @@ def explain_reason(reason: str) -> str:
 
 def parse_job_id(stdout: str) -> str:
     """`sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`."""
-    text = stdout.strip().split("\n")[-1] if stdout.strip() else ""
+    text = stdout.strip().split("\n")[-1]
     job_id = text.split(";")[0]
     if not re.fullmatch(r"[0-9]+", job_id):
         raise SlurmError(f"sbatch --parsable printed {stdout.strip()!r}, expected a job id.",
@@ -185,7 +185,7 @@ def parse_squeue(stdout: str) -> list[JobStatus]:
 
 def parse_scontrol(stdout: str) -> dict[str, str]:
     """`scontrol show job -o` (or the multi-line form) as a dict. Values may contain spaces."""
-    text = " ".join(stdout.split("\n")).strip()
+    text = stdout.strip()  # a line break is a blank between keys as a space is
     keys = list(_SCONTROL_KEY.finditer(text))
     fields: dict[str, str] = {}
     for i, m in enumerate(keys):
@@ -208,11 +208,15 @@ def status_from_scontrol(fields: Mapping[str, str]) -> JobStatus:
     if "JobId" not in fields or "JobState" not in fields:
         raise SlurmError(f"scontrol show job printed no JobId/JobState (got keys {sorted(fields)[:8]}).",
                          "run `scontrol show job <id>` yourself to see what it says.")
-    restarts, tasks = fields.get("Restarts", "0"), fields.get("NumTasks", "0")
     return JobStatus(job_id=fields["JobId"], state=fields["JobState"], name=fields.get("JobName", ""),
                      reason=fields.get("Reason", "None"), nodes=fields.get("NodeList", ""),
                      exit_code=fields.get("ExitCode", ""), elapsed=fields.get("RunTime", ""),
                      time_limit=fields.get("TimeLimit", ""), stdout=fields.get("StdOut", ""),
-                     stderr=fields.get("StdErr", ""), restarts=int(restarts) if is_digits(restarts) else 0,
-                     tasks=int(tasks) if is_digits(tasks) else 0,
+                     stderr=fields.get("StdErr", ""), restarts=_count(fields.get("Restarts")),
+                     tasks=_count(fields.get("NumTasks")),
                      excluded="" if fields.get("ExcNodeList", "(null)") == "(null)" else fields["ExcNodeList"])
+
+
+def _count(value: str | None) -> int:
+    """A count scontrol printed; 0 when it printed none, or no number ((null), N/A)."""
+    return int(value) if value is not None and is_digits(value) else 0
