@@ -50,6 +50,22 @@ def test_probe_reports_placement_and_gloo_on_cpu() -> None:
     assert sorted(line["local_rank"] for line in lines) == [0, 1]
 
 
+def _on_one_cpu() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_local_ranks_share_the_cpus_this_process_may_use_not_the_machines() -> None:
+    """As under taskset, a container's cpuset or a login node's cgroup on a many-core machine: the ranks'
+    threads follow the CPUs this process may use (its affinity mask), not the machine's core count."""
+    environ = {k: v for k, v in clean_environ().items() if k != "OMP_NUM_THREADS"}
+    result = subprocess.run([*TORCHSLURM, "run", "--nproc", "1", str(SCRIPTS / "probe.py")], capture_output=True,
+                            text=True, timeout=180, env=environ, preexec_fn=_on_one_cpu)
+    assert result.returncode == 0, result.stderr
+    (line,) = json_lines(result.stdout)
+    assert (line["omp_threads"], line["torch_threads"]) == ("1", 1), f"{os.cpu_count()} CPUs on this machine"
+
+
 def test_failing_rank_is_reported_first_with_its_exit_code() -> None:
     result = subprocess.run([*TORCHSLURM, "run", "--nproc", "3", str(SCRIPTS / "fail_rank.py")],
                             capture_output=True, text=True, timeout=180, env=clean_environ())

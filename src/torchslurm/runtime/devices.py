@@ -128,6 +128,15 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def omp_threads(environ: Mapping[str, str], ranks: int, cpus: int) -> str | None:
+    """OMP_NUM_THREADS for each of `ranks` ranks started here: the CPUs this process may use (`cpus`,
+    its affinity: taskset, a container's cpuset, a login node's cgroup) shared out, at least 1; None when
+    the environment sets it. Otherwise each rank's ops start a thread per core of the machine."""
+    if "OMP_NUM_THREADS" in environ:
+        return None
+    return str(max(1, cpus // ranks))
+
+
 def cpu_oversubscription(environ: Mapping[str, str], ranks: int, cpus: int) -> ConfigError | None:
     """More ranks on this node than CPUs (or than Slurm's SLURM_CPUS_ON_NODE): legal, but every
     rank waits for a core, collectives and heartbeats time out, and training crawls."""

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from torchslurm.errors import ConfigError, DistributedError, below_minimum
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
-from torchslurm.runtime.devices import cpu_oversubscription, usable_cpus
+from torchslurm.runtime.devices import cpu_oversubscription, omp_threads, usable_cpus
 from torchslurm.runtime.distenv import LAUNCHER_VARIABLE, DistEnv, detect
 from torchslurm.runtime.variables import is_digits
 
@@ -222,11 +222,11 @@ def _run_local(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts
 
     # also for callers of execute() from Python
     check_run_options(launch_plan.script or launch_plan.argv[1], None, max_restarts, module=launch_plan.module)
-    if warning := cpu_oversubscription(environ, launch_plan.nproc, usable_cpus()):
+    cpus = usable_cpus()
+    if warning := cpu_oversubscription(environ, launch_plan.nproc, cpus):
         logger.warning("%s", warning)
-    if "OMP_NUM_THREADS" not in environ:
-        # Like torchrun: N ranks each spawning one thread per core oversubscribe the machine.
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch_plan.nproc))
+    if (threads := omp_threads(environ, launch_plan.nproc, cpus)) is not None:
+        os.environ["OMP_NUM_THREADS"] = threads
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=launch_plan.nproc, run_id=str(uuid.uuid4()),

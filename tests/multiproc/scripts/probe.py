@@ -1,6 +1,7 @@
 """Calls torchslurm.init() and all_reduces its rank; prints one JSON line per rank."""
 
 import json
+import os
 import resource
 import socket
 import sys
@@ -20,6 +21,7 @@ with torchslurm.init(timeout_s=timeout) as ctx:
         "master": f"{ctx.env.master_addr}:{ctx.env.master_port}", "host": socket.gethostname(),
         "nic": dict(ctx.interface_env), "sum": value.item(),
         "hosts_store": ctx.env.hosts_store, "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "omp_threads": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
     }
     sys.stdout.write(json.dumps(record) + "\n")  # one write: the ranks share one pipe
     sys.stdout.flush()

@@ -16,6 +16,7 @@ from torchslurm.runtime.devices import (
     cpu_oversubscription,
     cpus_per_task_lost,
     gpus_unseen,
+    omp_threads,
     per_task_binding,
     slurm_gpus,
     srun_cpus_unset,
@@ -369,6 +370,16 @@ def test_more_ranks_than_cpus_on_a_node_is_said_with_the_limit(environ: dict[str
         f"{ranks} ranks on this node but {limit}: the ranks oversubscribe the CPUs, so each waits for a core, steps "
         "are slow and timeouts (store, heartbeats, collectives) may fire. HINT: start at most "
         f"{number} rank(s) per node (--nproc {number}), or ask Slurm for more CPUs (--cpus-per-task).")
+
+
+@pytest.mark.parametrize(("environ", "ranks", "cpus", "threads"), [
+    ({}, 4, 128, "32"), ({}, 4, 8, "2"),  # salloc -c 8 on a 128-core node: the 8 usable CPUs are shared out
+    ({}, 3, 8, "2"), ({}, 8, 4, "1"), ({}, 1, 1, "1"),  # at least one thread a rank
+    ({"OMP_NUM_THREADS": "6"}, 4, 128, None), ({"OMP_NUM_THREADS": ""}, 4, 128, None),  # the user's own
+])
+def test_each_local_rank_gets_its_share_of_the_usable_cpus_as_threads(environ: dict[str, str], ranks: int,
+                                                                     cpus: int, threads: str | None) -> None:
+    assert omp_threads(environ, ranks, cpus) == threads
 
 
 def test_per_task_binding_by_gpus_per_task() -> None:
