@@ -90,11 +90,11 @@ def ratios(gather: Sequence[RankTiming]) -> list[float]:
     own = [t.per_step(t.own_s) for t in gather]
     order = sorted(range(len(own)), key=own.__getitem__)
     ranked = [own[r] for r in order]
-    out = [1.0] * len(own)
+    out: dict[int, float] = {}
     for position, rank in enumerate(order):
         others = _median_without(ranked, position)
         out[rank] = own[rank] / others if others > 0 else 1.0
-    return out
+    return [out[rank] for rank in range(len(own))]
 
 
 def _median_without(ranked: Sequence[float], position: int) -> float:

@@ -125,3 +125,39 @@ def test_only_nodes_whose_every_rank_went_silent_without_an_error_are_probed() -
     assert unreachable_fault(peers[2], "h1") == NodeFault(
         "node2", 2, "rank 2 stopped responding and node2 (198.18.0.12) does not answer from h1")
     assert unreachable_fault(Peer(7, "h9", "198.18.0.19"), "h1").node == "h9"  # no Slurm node name: the host
+
+
+def test_a_job_whose_show_job_says_little_needs_one_node_anywhere() -> None:
+    assert job_nodes({}) == JobNodes((), 1, (), ())
+    assert job_nodes({"NumNodes": "N/A", "Partition": "gpu,debug", "ReqNodeList": "node[1-2]"}) == JobNodes(
+        ("gpu", "debug"), 1, (), ("node1", "node2"))
+    assert job_nodes({"NumNodes": "3-6"}).nodes_needed == 3
+
+
+def test_the_excludes_may_reach_the_limit_but_not_pass_it() -> None:
+    plan = plan_exclusion([ECC3], JobNodes(("debug",), 1, ("node1", "node2", "node4"), ()), [*FOUR, "node5"], 4)
+    assert plan.exclude == ("node1", "node2", "node4", "node3")
+
+
+def test_a_fault_already_excluded_does_not_stop_the_next_from_being_excluded() -> None:
+    node1 = NodeFault("node1", 0, "rank 0 failed with an NCCL system error")
+    plan = plan_exclusion([ECC3, node1], JobNodes(("debug",), 1, ("node3",), ()), FOUR)
+    assert (plan.exclude, plan.added) == (("node3", "node1"), ("node1",))
+    assert plan.message == "excluded node1 from the next attempt: rank 0 failed with an NCCL system error"
+    both = plan_exclusion([ECC3, node1], JobNodes(("debug",), 1, (), ()), FOUR)
+    assert both.message == ("excluded node3 from the next attempt: rank 5 failed with an uncorrectable ECC error; "
+                            "excluded node1 from the next attempt: rank 0 failed with an NCCL system error")
+    again = plan_exclusion([ECC3, node1], JobNodes(("debug",), 1, ("node1", "node3"), ()), FOUR)
+    assert again.message == "node3, node1 already excluded from the next attempt"
+
+
+@pytest.mark.parametrize(("partitions", "named"), [(("gpu", "debug"), "gpu,debug"), ((), "?")])
+def test_too_few_nodes_left_names_the_job_s_partitions(partitions: tuple[str, ...], named: str) -> None:
+    plan = plan_exclusion([ECC3], JobNodes(partitions, 4, (), ()), FOUR)
+    assert plan.message == (f"kept node3 although {ECC3.reason}: only 3 node(s) of partition {named} would be left "
+                            "for a 4-node job")
+
+
+def test_outside_slurm_the_silent_hosts_are_probed() -> None:
+    peers = [Peer(0, "h1", "198.18.0.11"), Peer(1, "h1", "198.18.0.11"), Peer(2, "h2", "198.18.0.12")]
+    assert silent_nodes(peers, [2], {}) == [peers[2]]

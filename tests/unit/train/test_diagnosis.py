@@ -97,3 +97,48 @@ def test_a_store_hosted_by_another_rank_than_0_is_named_with_its_host() -> None:
     assert "rank 2 on node1 (198.18.0.11) died: its host answers but its store refuses connections" in gone.message
     cut = diagnosis(peers[0], "timed out", peers, None, 60, store="timeout")
     assert "rank 2's host node1 (198.18.0.11) is unreachable from node2" in cut.message
+
+
+HINT = ("read the first failing rank's log (srun prints 'task N: ...' for it); for a node or network problem check "
+        "`scontrol show node`; the job resumes from its last checkpoint when requeued.")
+
+
+def test_every_message_whole_with_its_hint() -> None:
+    """Each kind of diagnosis as a user reads it, from the cause to the bound, and the one hint."""
+    seen = "(rank 0 on node1 saw: Timed out waiting 20000ms for recv operation)"
+    tail = "Every rank stops within the process group timeout (20 s)."
+    dead = diagnosis(PEERS[0], TIMEOUT, PEERS, [3], 20.0)
+    assert (dead.message, dead.hint, dead.exit_code) == (
+        "rank 3 on node2 (198.18.0.12) stopped responding (no heartbeat): the process died (killed, crashed, out of "
+        f"memory) or its node or network went away {seen}. {tail}", HINT, 1)
+    errored = diagnosis(PEERS[0], TIMEOUT, PEERS, [2, 3], 20.0, errors={2: "E: two", 3: "E: three"})
+    assert errored.message == (  # every silent rank said why: none "stopped responding"
+        "rank 2 on node2 (198.18.0.12) stopped with an error: E: two (its log has all of it); rank 3 on node2 "
+        f"(198.18.0.12) stopped with an error: E: three (its log has all of it) {seen}. {tail}")
+    unsure = diagnosis(PEERS[0], TIMEOUT, PEERS, [], 20.0, unsure=[2, 3])
+    assert unsure.message == (
+        "could not tell whether ranks 2, 3 on node2 (198.18.0.12) failed: no recent heartbeat, but heartbeats come "
+        "late when the store's host is overloaded (more ranks than CPUs?), so it may be alive "
+        f"{seen}. {tail}")
+    slow = diagnosis(PEERS[2], TIMEOUT, PEERS, None, None, "slow")
+    assert slow.message == (
+        "could not tell which rank failed: rank 0's store on node1 (198.18.0.11) accepts connections but answers too "
+        "slowly to read the heartbeats (an overloaded host: more ranks than CPUs?) (rank 2 on node2 saw: Timed out "
+        "waiting 20000ms for recv operation). Every rank stops within the process group timeout.")
+    cut = diagnosis(PEERS[2], TIMEOUT, PEERS, None, 20.0)
+    assert cut.message == (
+        "rank 0's host node1 (198.18.0.11) is unreachable from node2: that node or the network between the nodes is "
+        f"down (rank 2 on node2 saw: Timed out waiting 20000ms for recv operation). {tail}")
+
+
+def test_a_collective_that_names_no_rank_is_said_without_one() -> None:
+    anonymous = diagnosis(PEERS[0], TIMEOUT, PEERS, [], 20.0)
+    assert anonymous.message == (
+        "a collective failed while every rank still has a heartbeat (rank 0 on node1 saw: Timed out waiting 20000ms "
+        "for recv operation). Every rank stops within the process group timeout (20 s).")
+
+
+def test_the_first_sentence_loses_only_its_final_full_stop() -> None:
+    assert first_sentence("Connection reset by peer.") == "Connection reset by peer"
+    assert first_sentence(".hidden file gone on nodeX.") == ".hidden file gone on nodeX"
+    assert first_sentence("Socket closed. Retry later.\nmore") == "Socket closed"
