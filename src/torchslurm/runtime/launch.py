@@ -126,12 +126,9 @@ def script_problem(script: str) -> ConfigError | None:
 def module_problem(name: str) -> ConfigError | None:
     """Why `python -m name` cannot start, or None. Finding it imports its parent packages, as
     `python -m` itself does."""
-    try:
-        found = importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        found = False
-    if found:
-        return None
+    with contextlib.suppress(ImportError, ValueError):
+        if importlib.util.find_spec(name) is not None:
+            return None
     return ConfigError(f"module {name!r} cannot be imported here; expected a module that `python -m` can run.",
                        "give its dotted name as `python -m` takes it, with its package installed or under "
                        "the current directory.")
@@ -140,7 +137,7 @@ def module_problem(name: str) -> ConfigError | None:
 def cuda_device_count(environ: Mapping[str, str] = os.environ, device_node: str = "/dev/nvidiactl") -> int:
     """Visible GPUs, without importing torch when CUDA cannot be there (a CPU node, a login node).
     0 where torch is not installed (a GPU login node): whatever the ranks need, planning needs no torch."""
-    if environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or not os.path.exists(device_node):
+    if environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1") or not os.path.exists(device_node):
         return 0
     try:
         import torch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,15 +11,19 @@ import pytest
 
 from torchslurm.errors import ConfigError
 from torchslurm.runtime.launch import (
+    LaunchPlan,
     check_run_options,
     cpu_oversubscription,
+    data_file_kind,
     gpus_on_node,
+    mark_finished,
     module_problem,
     nproc_problem,
     plan,
     root_cause,
     script_problem,
     signal_error,
+    signal_exit_code,
 )
 
 PY = "/venv/bin/python"
@@ -175,3 +180,193 @@ def test_a_rank_killed_by_a_signal_is_not_said_to_have_a_traceback() -> None:
     error = root_cause(_ChildFailed({2: _Failure(-9, timestamp=1)}))
     assert "killed by SIGKILL); a killed process leaves no traceback" in error.message
     assert "traceback is above" not in str(error)
+
+
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "r1"}
+MPI = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+       "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize(("environ", "launcher"), [(SRUN, "srun"), (TORCHRUN, "torchrun"), (MPI, "mpi")])
+def test_a_rank_of_any_launcher_execs_its_script_as_itself(environ: dict[str, str], launcher: str) -> None:
+    from torchslurm.runtime.distenv import detect
+
+    env = detect(environ, free_port=lambda: 0)
+    assert env.launcher == launcher
+    assert plan(environ, "t.py", ["x"], None, PY, 0) == LaunchPlan(
+        mode="exec", argv=(PY, "t.py", "x"), env={**env.torchrun_environ(), "TORCHSLURM_LAUNCHER": launcher},
+        reason=f"already a rank: {env.reason}", script="t.py", module=False)
+    assert plan(environ, "pkg.m", [], None, PY, 0, module=True).module
+
+
+@pytest.mark.parametrize(("nproc", "gpus", "count", "why"), [
+    (3, 8, 3, "--nproc"), (None, 4, 4, "one per visible GPU"), (None, 0, 2, "default on CPU")])
+def test_local_ranks_say_where_their_count_came_from(nproc: int | None, gpus: int, count: int, why: str) -> None:
+    assert plan({}, "t.py", [], nproc, PY, gpus) == LaunchPlan(
+        mode="local", argv=(PY, "t.py"), nproc=count, reason=f"no launcher found: {count} local rank(s) ({why}).",
+        script="t.py")
+
+
+def test_the_batch_shell_s_srun_step_whole() -> None:
+    gpus = {**BATCH, "SLURM_GPUS_ON_NODE": "4", "SLURM_JOB_GPUS": "0,1,2,3", "SLURM_CPUS_ON_NODE": "6"}
+    assert plan(gpus, "t.py", ["a"], None, PY, 0, module=False) == LaunchPlan(
+        mode="srun", argv=("srun", "--export=ALL", "--kill-on-bad-exit=1", "--nodes=2", "--ntasks=8",
+                           "--ntasks-per-node=4", "--cpus-per-task=1", PY, "-m", "torchslurm", "run", "t.py", "a"),
+        reason="inside a Slurm allocation without srun: 4 rank(s) per node on 2 node(s).", script="t.py")
+    # salloc's shell says SLURM_JOB_NUM_NODES only; without SLURM_CPUS_ON_NODE each rank gets one CPU
+    salloc = {"SLURM_JOB_ID": "78", "SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "node[1-3]"}
+    step = plan(salloc, "pkg.m", [], 2, PY, 0, module=True)
+    assert step.argv[3:7] == ("--nodes=3", "--ntasks=6", "--ntasks-per-node=2", "--cpus-per-task=1")
+    assert (step.script, step.module) == ("pkg.m", True)
+    tasks = plan({k: v for k, v in BATCH.items() if k != "SLURM_NNODES"}, "t.py", [], None, PY, 0)
+    assert tasks.reason == "inside a Slurm allocation without srun: one rank per allocated task (SLURM_NTASKS=4)."
+    one = {k: v for k, v in BATCH.items() if k not in ("SLURM_NNODES", "SLURM_NTASKS")}
+    assert plan(one, "t.py", [], 1, PY, 0).argv[3:5] == ("--nodes=1", "--ntasks=1")
+    assert plan(one, "t.py", [], None, PY, 0).reason.endswith("one rank per allocated task (SLURM_NTASKS=1).")
+
+
+def test_max_restarts_below_zero_is_refused_whole_and_zero_is_taken(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    check_run_options(str(script), None, 0)
+    with pytest.raises(ConfigError) as info:
+        check_run_options(str(script), 2, -1)
+    assert (info.value.message, info.value.hint) == (
+        "--max-restarts=-1 must be at least 0.",
+        "--max-restarts 0 (the default) fails on the first error; --max-restarts 3 restarts all ranks up to 3 times.")
+    with pytest.raises(ConfigError, match=r"--nproc=0 must be at least 1"):
+        check_run_options(str(script), 0, 0)
+    with pytest.raises(ConfigError, match=r"script 'none.py' does not exist"):
+        check_run_options("none.py", None, 0)
+    check_run_options("torchslurm.cli.doctor", None, 0, module=True)
+
+
+def test_a_module_python_cannot_find_is_refused_whole() -> None:
+    for name in ("torchslurm.no_such_module", "", ".relative"):
+        problem = module_problem(name)
+        assert problem is not None and (problem.message, problem.hint) == (
+            f"module {name!r} cannot be imported here; expected a module that `python -m` can run.",
+            "give its dotted name as `python -m` takes it, with its package installed or under the current directory.")
+
+
+def test_every_script_refusal_whole(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "runnable").mkdir()
+    (tmp_path / "runnable" / "__main__.py").write_text("")
+    (tmp_path / "job.YAML").write_text("nodes: 2\n")
+    hint = "give the path of the training script, e.g. `torchslurm run --nproc 2 train.py`."
+    cases = {str(tmp_path / "pkg"): "is a directory without __main__.py", "/dev/null": "is not a regular file",
+             str(tmp_path / "none.py"): "does not exist"}
+    for script, seen in cases.items():
+        problem = script_problem(script)
+        assert problem is not None and (problem.message, problem.hint) == (
+            f"script {script!r} {seen}; expected a Python file.", hint)
+    assert script_problem(str(tmp_path / "runnable")) is None
+    spec = str(tmp_path / "job.YAML")
+    problem = script_problem(spec)
+    assert problem is not None and (problem.message, problem.hint) == (
+        f"script {spec!r} is a YAML file, not a Python script: `python {spec}` would fail.",
+        f"give the training script first and this file among its arguments, e.g. `torchslurm run --nproc 2 train.py "
+        f"--config {spec}`.")
+    assert [data_file_kind(n) for n in ("a.yml", "b.Json", "c.toml", "d.py", "e")] == ["YAML", "JSON", "TOML", None,
+                                                                                       None]
+
+
+def test_gpus_on_node_without_a_count_from_slurm() -> None:
+    assert gpus_on_node({"SLURM_GPUS_ON_NODE": "x", "SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0, ,1"}) == 2
+    assert gpus_on_node({"SLURM_JOB_GPUS": "0"}) == 0  # no CUDA_VISIBLE_DEVICES: none visible
+    assert gpus_on_node({}) == 0
+
+
+def test_the_launcher_s_signal_messages_and_codes_whole() -> None:
+    import signal
+
+    hint = "run the same command again to continue from the newest checkpoint (resume=auto)."
+    ctrl_c = signal_error(signal.SIGINT)
+    assert (ctrl_c.message, ctrl_c.hint, ctrl_c.exit_code) == (
+        "torchslurm run got Ctrl-C (SIGINT) and passed it on to the ranks; ranks using torchslurm's Trainer stop at "
+        "the next step boundary, save a checkpoint and exit with code 130 (a second Ctrl-C stops them at once).",
+        hint, 130)
+    hup = signal_error(signal.SIGHUP)
+    assert (hup.message, hup.hint, hup.exit_code) == (
+        "torchslurm run received SIGHUP and passed it on to the ranks; ranks using torchslurm's preemption save a "
+        "checkpoint and exit with code 75.", hint, 129)
+    assert [signal_exit_code(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)] == [
+        75, 75, 75, 131]
+
+
+def test_a_failure_report_without_ranks_and_every_stop_whole() -> None:
+    import os
+
+    host = os.uname().nodename
+    plain = root_cause(RuntimeError("agent died"))
+    assert (plain.message, plain.hint, plain.exit_code) == ("a rank failed: agent died", None, 1)
+    stopped = root_cause(_ChildFailed({3: _Failure(75, timestamp=1)}))
+    assert (stopped.message, stopped.hint, stopped.exit_code) == (
+        f"rank 3 (host {host}) stopped on request with exit code 75 (preempted or near the time limit) after saving "
+        "a checkpoint.", "run the same command again to continue from it (resume=auto).", 75)
+    ctrl_c = root_cause(_ChildFailed({0: _Failure(130, timestamp=1)}))
+    assert (ctrl_c.message, ctrl_c.hint, ctrl_c.exit_code) == (
+        f"rank 0 (host {host}) stopped on Ctrl-C with exit code 130.",
+        "ranks using torchslurm's Trainer saved a checkpoint first: run the same command again to continue from it "
+        "(resume=auto).", 130)
+
+
+def test_a_failure_report_whole_with_the_rank_s_message() -> None:
+    import os
+
+    host = os.uname().nodename
+    error = root_cause(_ChildFailed({
+        0: _Failure(-15, timestamp=3), 1: _Failure(1, timestamp=1, pid=7, message="  ValueError: bad batch\n"),
+        2: _Failure(0, timestamp=2)}))
+    assert (error.message, error.hint, error.exit_code) == (
+        f"rank 1 failed first (host {host}, pid 7, exit code 1); its error is above in its output. ValueError: bad "
+        "batch then: rank 2 (exit code 0), rank 0 (killed by SIGTERM).",
+        "fix rank 1's error first; the other ranks usually fail because it died.", 1)
+    killed = root_cause(_ChildFailed({4: _Failure(-9, timestamp=1, message=(
+        "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"))}))
+    assert killed.message == (
+        f"rank 4 failed first (host {host}, pid 4242, killed by SIGKILL); a killed process leaves no traceback: look "
+        "for the out-of-memory killer (`dmesg`, the job's memory limit) or who sent the signal.")
+    assert killed.exit_code == 137
+    zero = root_cause(_ChildFailed({5: _Failure(0, timestamp=1)}))
+    assert zero.exit_code == 1  # failed, yet said 0
+    assert zero.message == (f"rank 5 failed first (host {host}, pid 4242, exit code 0); its error is above in its "
+                            "output.")
+
+
+def test_a_finished_rank_tells_its_launcher_and_only_it(tmp_path: Path) -> None:
+    mark_finished({"TORCHSLURM_FINISHED_DIR": str(tmp_path)}, 3)
+    assert [p.name for p in tmp_path.iterdir()] == ["rank-3"]
+    mark_finished({"TORCHSLURM_FINISHED_DIR": str(tmp_path / "gone")}, 4)  # the launcher gone: nothing to do
+    mark_finished({}, 5)
+    assert [p.name for p in tmp_path.iterdir()] == ["rank-3"]
+
+
+def test_the_signals_passed_on_to_the_ranks() -> None:
+    import signal
+
+    from torchslurm.runtime.launch import _forwarded
+
+    assert _forwarded() == [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                            signal.SIGUSR2]
+
+
+def test_no_gpu_is_counted_where_none_can_be(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's count (4 here, as on a GPU node) is asked only where the driver's device node exists and
+    CUDA_VISIBLE_DEVICES does not hide every GPU."""
+    import torch
+
+    from torchslurm.runtime.launch import cuda_device_count
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    assert cuda_device_count({}, str(node)) == 4
+    assert cuda_device_count({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, str(node)) == 4
+    assert cuda_device_count({"CUDA_VISIBLE_DEVICES": "-1"}, str(node)) == 0
+    assert cuda_device_count({"CUDA_VISIBLE_DEVICES": ""}, str(node)) == 0
+    assert cuda_device_count({}, str(tmp_path / "absent")) == 0
+    monkeypatch.setitem(sys.modules, "torch", None)  # a GPU login node without torch: `import torch` fails
+    assert cuda_device_count({}, str(node)) == 0
