@@ -33,11 +33,11 @@ _ARRAY_RE = re.compile(r"[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)
 TIME_PATTERN = re.compile(r"(?:([0-9]{1,9})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?")
 _MEM_RE = re.compile(r"[0-9]+[KMGT]?")
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HELP = "help"  # the key of a field's documentation in its dataclasses.Field.metadata, where `--help` reads it
 
 
 def _help(text: str) -> dict[str, str]:
-    """A field's documentation, kept where `--help` reads it (dataclasses.Field.metadata)."""
-    return {"help": text}
+    return {_HELP: text}
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def field_names() -> list[str]:
 
 def field_help(name: str) -> str:
     """The documentation of field `name` (one sentence or two), as `--help` shows it."""
-    return str(_FIELDS[name].metadata["help"])
+    return str(_FIELDS[name].metadata[_HELP])
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}

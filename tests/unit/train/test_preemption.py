@@ -38,6 +38,13 @@ def sigterm_kept() -> Iterator[None]:
     signal.signal(signal.SIGTERM, before)
 
 
+def send(stop: Preemption, sig: signal.Signals) -> None:
+    """A real signal to this process, once `stop`'s handler is seen to have it: without the handler the signal
+    would end this process, pytest and all, instead of failing the test."""
+    assert signal.getsignal(sig) == stop._handle, f"{sig.name} is not caught"
+    os.kill(os.getpid(), sig)
+
+
 def test_config_from_environ_and_validation() -> None:
     cfg = preemption_config({"TORCHSLURM_PREEMPT_SIGNAL": "SIGUSR1", "TORCHSLURM_MAX_REQUEUES": "5",
                              "TORCHSLURM_GRACE_S": "30", "SLURM_JOB_END_TIME": "1000"})
@@ -88,9 +95,7 @@ def test_handler_only_records_and_boundary_stops() -> None:
     stop = Preemption(PreemptionConfig(), environ={})
     with stop:
         assert not stop.should_stop()
-        # checked before the signal is sent: without the handler it would end this process, not fail the test
-        assert signal.getsignal(signal.SIGUSR2) == stop._handle
-        os.kill(os.getpid(), signal.SIGUSR2)
+        send(stop, signal.SIGUSR2)
         assert stop.should_stop()
         assert stop.request == StopRequest(True, False, False)
         assert stop.should_stop()  # stays stopped
@@ -121,8 +126,7 @@ def test_ctrl_c_stops_at_the_boundary_without_requeue_and_a_second_one_stops_at_
     runner = Recorder()
     stop = Preemption(PreemptionConfig(), environ={"SLURM_JOB_ID": "7"}, run=runner)
     with stop:
-        assert signal.getsignal(signal.SIGINT) == stop._handle
-        os.kill(os.getpid(), signal.SIGINT)
+        send(stop, signal.SIGINT)
         assert stop.should_stop() and stop.request == StopRequest(False, False, False, interrupt=True)
         assert stop.request.describe(stop.config) == "Ctrl-C (SIGINT)" and not stop.request.wants_requeue
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -148,8 +152,7 @@ def test_sigterm_stops_without_requeue() -> None:
     runner = Recorder()
     stop = Preemption(PreemptionConfig(), environ={"SLURM_JOB_ID": "8"}, run=runner)
     with stop:
-        assert signal.getsignal(signal.SIGTERM) == stop._handle
-        os.kill(os.getpid(), signal.SIGTERM)
+        send(stop, signal.SIGTERM)
         assert stop.should_stop()
     assert stop.finish(rank=0) == PREEMPTED_EXIT_CODE
     assert runner.calls == []
@@ -161,7 +164,7 @@ def test_after_finish_the_requeue_s_sigterm_no_longer_ends_the_rank() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         stop = Preemption(PreemptionConfig(), environ={"SLURM_JOB_ID": "8"}, run=Recorder())
         with stop:
-            os.kill(os.getpid(), signal.SIGUSR2)
+            send(stop, signal.SIGUSR2)
             assert stop.should_stop()
             if inside:
                 stop.finish(rank=0)
@@ -180,7 +183,7 @@ def test_a_run_that_ends_without_a_stop_tells_the_launcher_it_finished(tmp_path:
     assert [p.name for p in tmp_path.iterdir()] == ["rank-0"]
     (tmp_path / "rank-0").unlink()
     with Preemption(PreemptionConfig(), environ=environ) as stop:
-        os.kill(os.getpid(), signal.SIGUSR2)
+        send(stop, signal.SIGUSR2)
         assert stop.should_stop()
     with Preemption(PreemptionConfig(), environ={}):
         pass
@@ -261,8 +264,7 @@ def test_nothing_to_say_and_sigterm_as_the_warning_signal() -> None:
     assert StopRequest(False, False, False).describe(PreemptionConfig()) == "nothing"
     stop = Preemption(PreemptionConfig(signal="TERM"), environ={})
     with stop:
-        assert signal.getsignal(signal.SIGTERM) == stop._handle
-        os.kill(os.getpid(), signal.SIGTERM)
+        send(stop, signal.SIGTERM)
         assert stop.should_stop()
     assert stop.request == StopRequest(True, False, False) and stop.request.wants_requeue
 
@@ -294,7 +296,7 @@ def test_the_requeue_after_a_peer_failure_waits_10_s_at_most() -> None:
 def test_the_warning_signal_keeps_its_handler_after_it_arrives() -> None:
     stop = Preemption(PreemptionConfig(), environ={})
     with stop:
-        os.kill(os.getpid(), signal.SIGUSR2)
+        send(stop, signal.SIGUSR2)
         assert signal.getsignal(signal.SIGUSR2) == stop._handle  # only SIGINT hands over to the previous handler
 
 
@@ -413,13 +415,16 @@ def test_after_a_node_failure_the_job_is_requeued_without_the_node(caplog: pytes
 
 
 class _Peers:
-    """torch.distributed as this rank sees a group of two: its all_reduce(MAX) merges the peer's flags."""
+    """torch.distributed as this rank sees a group of two: its all_reduce(MAX) merges the peer's flags. `log`
+    says each all_reduce and each wait for one, in order."""
 
     ReduceOp = torch.distributed.ReduceOp
 
-    def __init__(self, rank: int, peer: list[int]) -> None:
-        self.rank, self.peer = rank, peer
+    def __init__(self, rank: int, peer: list[int], backend: str = "gloo") -> None:
+        self.rank, self.peer, self.backend = rank, peer, backend
         self.reduced: list[tuple[list[int], object, bool, torch.dtype, str]] = []
+        self.tensors: list[torch.Tensor] = []
+        self.log: list[str] = []
         self.waits = self.barriers = 0
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -440,21 +445,88 @@ class _Peers:
         return self.rank
 
     def get_backend(self) -> str:
-        return "gloo"
+        return self.backend
 
     def barrier(self) -> None:
         self.barriers += 1
 
     def all_reduce(self, tensor: torch.Tensor, op: object = None, async_op: bool = False) -> Any:
         self.reduced.append((tensor.tolist(), op, async_op, tensor.dtype, tensor.device.type))
-        tensor.copy_(torch.maximum(tensor, torch.tensor(self.peer, dtype=tensor.dtype)))
+        self.tensors.append(tensor)
+        self.log.append("all_reduce")
+        tensor[:] = torch.maximum(tensor, torch.tensor(self.peer, dtype=tensor.dtype))
         peers = self
 
         class Work:
             def wait(self) -> None:
                 peers.waits += 1
+                peers.log.append("wait for the all_reduce")
 
         return Work()
+
+
+class _Cuda:
+    """What an NCCL rank asks of torch.cuda, played on the CPU: where each tensor lives (pageable memory,
+    pinned memory or device 3), and every copy and event, said in `log` in order."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self._placed: dict[int, tuple[torch.Tensor, str]] = {}
+
+    def where(self, tensor: torch.Tensor) -> str:
+        placed = self._placed.get(id(tensor))
+        return placed[1] if placed is not None and placed[0] is tensor else "pageable"
+
+    def _place(self, tensor: torch.Tensor, where: str) -> torch.Tensor:
+        self._placed[id(tensor)] = (tensor, where)
+        return tensor
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        empty, copy, log = torch.empty, torch.Tensor.copy_, self.log
+
+        def to(tensor: torch.Tensor, device: object = None, non_blocking: object = False) -> torch.Tensor:
+            log.append(f"{self.where(tensor)} -> device {device}, non_blocking={non_blocking}")
+            return self._place(tensor.clone(), f"device {device}")
+
+        def copy_(tensor: torch.Tensor, src: torch.Tensor, non_blocking: object = False) -> torch.Tensor:
+            log.append(f"{self.where(src)} -> {self.where(tensor)}, non_blocking={non_blocking}")
+            return copy(tensor, src)
+
+        def empty_maybe_pinned(*size: Any, pin_memory: object = False, **kw: Any) -> torch.Tensor:
+            return self._place(empty(*size, **kw), "pinned" if pin_memory else "pageable")
+
+        class Event:
+            def record(self) -> None:
+                log.append("event recorded")
+
+            def synchronize(self) -> None:
+                log.append("the host waits for the event")
+
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch, "empty", empty_maybe_pinned)
+        monkeypatch.setattr(torch.Tensor, "pin_memory", lambda tensor: self._place(tensor.clone(), "pinned"))
+        monkeypatch.setattr(torch.Tensor, "to", to)
+        monkeypatch.setattr(torch.Tensor, "copy_", copy_)
+
+
+def test_with_nccl_the_host_waits_only_for_the_flags_copied_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA a blocking copy would wait for the GPU's whole queue: the flags go to the device from pinned
+    memory without blocking, the stream (not the host) waits for the all_reduce, the answer comes back into
+    pinned memory behind an event, and result() waits for that event alone. The agreed interval comes back
+    whole, even one a float32 would round (check_every has no upper bound)."""
+    from torchslurm.train.preemption import Agreement
+
+    peers = _Peers(0, [0, 1, 0, 0, 2**24 + 1], backend="nccl")
+    cuda = _Cuda(peers.log)
+    peers.install(monkeypatch)
+    cuda.install(monkeypatch)
+    agreement = Agreement(StopRequest(True, False, False), 7)
+    assert cuda.log == ["pinned -> device 3, non_blocking=True", "all_reduce", "wait for the all_reduce",
+                        "device 3 -> pinned, non_blocking=True", "event recorded"]
+    assert [cuda.where(t) for t in peers.tensors] == ["device 3"] and not agreement.ready
+    assert agreement.result() == (StopRequest(True, True, False), 2**24 + 1)
+    assert cuda.log[5:] == ["the host waits for the event"]
 
 
 @pytest.mark.parametrize(("mine", "peer", "agreed"), [
