@@ -194,3 +194,20 @@ def test_missing_packages_maps_commands_to_packages() -> None:
 
 def test_parse_sinfo_states() -> None:
     assert parse_sinfo_states("node1 idle\nnode2 down*\n\n") == {"node1": "idle", "node2": "down*"}
+
+
+@pytest.mark.parametrize(("kw", "text"), [
+    ({"lab_dir": Path("relative/lab")}, "--lab-dir='relative/lab' must be an absolute path without spaces or shell "
+     "characters (found a relative path); Slurm config lines cannot quote them. "
+     "HINT: --lab-dir /tmp/torchslurm-sandbox"),
+    ({"lab_dir": Path("/tmp/a;b$")}, "--lab-dir='/tmp/a;b$' must be an absolute path without spaces or shell "
+     "characters (found $;); Slurm config lines cannot quote them. HINT: --lab-dir /tmp/torchslurm-sandbox"),
+    # python_bin is no flag but the folder of the Python running torchslurm: the fix is another environment.
+    ({"python_bin": Path("venv/bin")}, "python_bin='venv/bin' must be an absolute path without spaces or shell "
+     "characters (found a relative path); Slurm config lines cannot quote them. HINT: run torchslurm from a "
+     "Python environment whose path is absolute and plain, e.g. python3 -m venv /opt/torchslurm-venv"),
+])
+def test_unusable_paths_are_refused_whole(kw: dict[str, Path], text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        SandboxConfig(**kw)  # type: ignore[arg-type]
+    assert str(info.value) == text
