@@ -72,13 +72,16 @@ class SandboxConfig:
                 f"--cpus-per-node={self.cpus_per_node} is out of range; it must be 1 to 256.",
                 "torchslurm sandbox up --cpus-per-node 4"
             )
-        for name, path in (("--lab-dir", self.lab_dir), ("python_bin", self.python_bin)):
+        # python_bin is no flag: it is the folder of the Python that runs torchslurm.
+        for name, path, fix in (("--lab-dir", self.lab_dir, f"--lab-dir {DEFAULT_LAB_DIR}"),
+                                ("python_bin", self.python_bin, "run torchslurm from a Python environment "
+                                 "whose path is absolute and plain, e.g. python3 -m venv /opt/torchslurm-venv")):
             bad = sorted(set(str(path)) & _UNSAFE_PATH_CHARS)
             if not path.is_absolute() or bad:
                 raise ConfigError(
                     f"{name}={str(path)!r} must be an absolute path without spaces or shell characters "
                     f"(found {''.join(bad) or 'a relative path'}); Slurm config lines cannot quote them.",
-                    f"{name} {DEFAULT_LAB_DIR}"
+                    fix
                 )
 
     # Files under the lab directory.
