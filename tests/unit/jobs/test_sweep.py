@@ -56,6 +56,8 @@ def test_flags_win_over_the_section() -> None:
     plain = section(None, SPEC)
     assert (plain.name, plain.max_parallel, plain.run_dir, plain.sweep_dir) == (
         "train", None, Path("runs"), Path("runs/train").absolute())
+    assert section({"run_dir": "base"}, SPEC, {"run_dir": Path("/sweeps")}).sweep_dir == Path("/sweeps/train")
+    assert section({"run_dir": ""}, SPEC).run_dir == Path("runs")  # empty: the default
 
 
 def test_flag_values_are_numbers_only_when_they_read_back_as_given() -> None:
@@ -88,6 +90,16 @@ def test_flag_values_are_numbers_only_when_they_read_back_as_given() -> None:
 def test_a_bad_section_is_refused(data: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         expand(section(data, SPEC))
+
+
+def test_points_given_as_flags_are_checked_as_the_files_are() -> None:
+    with pytest.raises(ConfigError) as info:
+        section(None, SPEC, {"points": [parse_point_flag("lr=1"), parse_point_flag("my key=1")]})
+    assert (info.value.message, info.value.hint) == ("sweep key 'my key' is not a setting name.",
+                                                     "use letters, digits and _ (e.g. lr).")
+    with pytest.raises(ConfigError) as info:
+        section({"points": [{"lr": 1}]}, SPEC, {"points": [parse_point_flag("note=a\nb")]})
+    assert info.value.message == "sweep value note='a\\nb' holds a line break."
 
 
 def test_no_points_is_refused() -> None:
@@ -164,10 +176,22 @@ def test_lr_and_batch_size_are_the_trainers_settings_not_resources() -> None:
     checked({"grid": {"lr": [0.1, 0.01], "batch_size": [16, 32]}})
 
 
-def test_a_rerun_must_have_the_points_the_sweep_started_with(tmp_path: Path) -> None:
-    sweep = section({"grid": {"lr": [1, 2]}}, SPEC)
-    old = Manifest("s", tmp_path, tuple(expand(sweep)))
-    assert same_points(old, expand(sweep)) is None
-    changed = same_points(old, expand(section({"grid": {"lr": [1, 3]}}, SPEC)))
-    assert changed is not None and "lists 2 point(s), this sweep has 2; they differ from point 1 on" in str(changed)
-    assert "or a new --sweep-name for a new sweep" in str(changed)
+RERUN_HINT = ("running a sweep again resubmits what has not completed, with the same points: give the grid and "
+              "points it was started with, or a new --sweep-name for a new sweep.")
+
+
+@pytest.mark.parametrize(("was", "now", "differ"), [
+    ([1, 2], [1, 3], 1),
+    ([1, 2], [5, 2], 0),
+    ([1, 2], [1, 2, 3], 2),  # one more point: they differ from the first point the old sweep lacks
+    ([1, 2, 3], [1, 2], 2),
+    ([1, 2], [1, "2"], 1),  # the same folder name, another value
+])
+def test_a_rerun_must_have_the_points_the_sweep_started_with(tmp_path: Path, was: list[Any], now: list[Any],
+                                                             differ: int) -> None:
+    old = Manifest("s", tmp_path, tuple(expand(section({"points": [{"lr": v} for v in was]}, SPEC))))
+    assert same_points(old, expand(section({"points": [{"lr": v} for v in was]}, SPEC))) is None
+    changed = same_points(old, expand(section({"points": [{"lr": v} for v in now]}, SPEC)))
+    assert changed is not None and (changed.message, changed.hint) == (
+        f"{tmp_path}/sweep.json lists {len(was)} point(s), this sweep has {len(now)}; they differ from point "
+        f"{differ} on.", RERUN_HINT)
