@@ -73,7 +73,7 @@ def section(data: object, spec: JobSpec, flags: Mapping[str, Any] | None = None)
                           f"valid keys are {', '.join(SECTION_KEYS)}.")
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     grid = {**_grid(data.get("grid")), **{k: _values(k, v) for k, v in flags.get("grid", {}).items()}}
-    points = tuple(flags["points"]) if "points" in flags else _explicit(data.get("points"))
+    points = _explicit(flags.get("points", data.get("points")))
     name = flags.get("name", data.get("name")) or spec.name
     max_parallel = flags.get("max_parallel", data.get("max_parallel"))
     run_dir = flags.get("run_dir", data.get("run_dir")) or DEFAULT_BASE
@@ -88,7 +88,7 @@ def section(data: object, spec: JobSpec, flags: Mapping[str, Any] | None = None)
         raise ConfigError(f"max_parallel={shown(max_parallel)} is not a whole number.", "e.g. --max-parallel 4.")
     if max_parallel is not None and max_parallel < 1:
         raise below_minimum("max_parallel", max_parallel, 1, "leave it out to let Slurm run every task at once.")
-    if not isinstance(run_dir, str | Path) or not str(run_dir):
+    if not isinstance(run_dir, str | Path):
         raise ConfigError(f"sweep.run_dir={shown(run_dir)} is not a folder.", "e.g. run_dir: runs (the default).")
     return Sweep(name, grid, points, max_parallel, Path(run_dir), frozenset(extra))
 
@@ -169,7 +169,7 @@ def flag_value(text: str) -> Any:
     import yaml
 
     try:
-        value = load_yaml(text, "a sweep value") if text else text
+        value = load_yaml(text)
     except (ConfigError, yaml.YAMLError):
         return text
     return value if isinstance(value, bool | int | float) and _text(value) == text else text
@@ -268,10 +268,10 @@ def manifest(sweep: Sweep, points: Sequence[Point]) -> Manifest:
 
 def same_points(old: Manifest, points: Sequence[Point]) -> ConfigError | None:
     """None when the manifest already in the sweep's folder lists these points; else why not."""
-    if [(p.dir, dict(p.overrides)) for p in old.points] == [(p.dir, dict(p.overrides)) for p in points]:
+    was, now = [(p.dir, dict(p.overrides)) for p in old.points], [(p.dir, dict(p.overrides)) for p in points]
+    if was == now:
         return None
-    differ = next((i for i, (a, b) in enumerate(zip(old.points, points, strict=False)) if a.dir != b.dir),
-                  min(len(old.points), len(points)))
+    differ = next((i for i, (a, b) in enumerate(zip(was, now, strict=False)) if a != b), min(len(was), len(now)))
     return ConfigError(f"{old.sweep_dir}/sweep.json lists {len(old.points)} point(s), this sweep has {len(points)}; "
                        f"they differ from point {differ} on.", "running a sweep again resubmits what has not "
                        "completed, with the same points: give the grid and points it was started with, or a new "

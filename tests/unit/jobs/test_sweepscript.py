@@ -29,6 +29,13 @@ def test_array_range_folds_runs_and_adds_the_throttle() -> None:
     assert array_range([4], 2) == "4%2"
 
 
+def test_an_array_of_no_tasks_is_our_bug_not_an_empty_range() -> None:
+    """The CLI submits nothing when no point is left; asked for an empty array, array_range says why."""
+    with pytest.raises(AssertionError) as info:
+        array_range([], 2)
+    assert str(info.value) == "an array needs at least one task"
+
+
 def test_the_array_spec_asks_for_the_points_and_names_the_logs_by_task() -> None:
     spec = JobSpec(script="t.py")
     sweep = Sweep("s", max_parallel=3)
