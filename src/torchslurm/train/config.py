@@ -212,7 +212,8 @@ class ExampleConfig:
                      "val_fraction=0.2"),
             _require("max_samples", self.max_samples, self.max_samples >= 0, "0 (all) or a positive number of samples",
                      "max_samples=2000"),
-            ConfigError(f"model=gpt is a language model and dataset={self.dataset} is not text.",
+            ConfigError(f"model=gpt is a language model and dataset={self.dataset} is not text." if self.model == "gpt"
+                        else f"dataset=text is a language-model corpus and model={self.model} is not a language model.",
                         "use dataset=text with model=gpt.")
             if (self.model == "gpt") != (self.dataset == "text") and self.model != "auto" else None,
             ConfigError(f"dataset={self.dataset} needs data_dir, which is not set.",
@@ -242,7 +243,7 @@ _EMPTY_TEXT_EXAMPLES = {"trackers": "wandb,mlflow", "mlflow_uri": "sqlite:///mlf
 def _text_example(name: str) -> str:
     """A valid value of the text field `name` for a hint: its default, unless that is empty."""
     defaults = {f.name: f.default for cls in (TrainConfig, ExampleConfig) for f in fields(cls)}
-    return _EMPTY_TEXT_EXAMPLES.get(name) or str(defaults.get(name) or "auto")
+    return _EMPTY_TEXT_EXAMPLES.get(name) or str(defaults[name])
 
 
 def _listed_trackers(value: Any) -> Any:
@@ -372,9 +373,9 @@ def build(values: Mapping[str, Any], source: str = "key=value") -> tuple[Example
                     problems.extend(exc.problems)
     ConfigError.raise_any(problems)
     built: list[Any] = []
-    for cls, part in zip((ExampleConfig, TrainConfig), parts, strict=True):
+    for i, cls in enumerate((ExampleConfig, TrainConfig)):
         try:
-            built.append(cls(**part))
+            built.append(cls(**parts[i]))
         except ConfigError as exc:
             problems.extend(exc.problems)
     ConfigError.raise_any(problems)

@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from torchslurm.errors import ConfigError, TorchSlurmError
+from torchslurm.errors import ConfigError
 from torchslurm.runtime.safefiles import open_new
 
 __all__ = ["optimizer_problem", "run_dir_problem"]
@@ -22,7 +22,7 @@ def run_dir_problem(run_dir: Path, *, keep_created: bool = False) -> ConfigError
     Folders created for the test are removed again (a dry run leaves nothing behind) unless
     `keep_created`: ranks that test one shared run_dir at once must not remove it under each other."""
     run_dir = Path(run_dir)
-    existing = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("."))
+    existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())  # "/" or "." at the latest
     if not existing.is_dir():
         what = "is an existing file" if existing == run_dir else f"is inside {existing}, which is a file"
         return ConfigError(f"run_dir={run_dir} {what}; expected a directory for checkpoints/ and metrics.jsonl.",
@@ -32,8 +32,6 @@ def run_dir_problem(run_dir: Path, *, keep_created: bool = False) -> ConfigError
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         _probe(probe)
-    except TorchSlurmError as exc:
-        return ConfigError(f"run_dir={run_dir}: {exc.message}", exc.hint)
     except OSError as exc:
         what = "cannot be created" if created else "is not writable"
         return ConfigError(f"run_dir={run_dir} {what} ({exc.strerror or exc}: {exc.filename or run_dir}); "
@@ -98,8 +96,8 @@ def data_problem(train_data: Any, val_data: Any) -> ConfigError | None:
                 f"{name} {given}; expected a map-style Dataset (len() and [i]): each rank reads its own share of "
                 "its indices.",
                 "pass a torch.utils.data.Dataset with __len__ and __getitem__ (a list of samples works too); an "
-                "IterableDataset has no indices to share out: keep its samples in a list, or index your files")
+                "IterableDataset has no indices to share out: keep its samples in a list, or index your files.")
     if len(train_data) == 0:
         return ConfigError(f"train_data ({type(train_data).__name__}) holds no samples; expected at least one.",
-                           "check how it is built: a data path or a filter that matched nothing is the usual cause")
+                           "check how it is built: a data path or a filter that matched nothing is the usual cause.")
     return None

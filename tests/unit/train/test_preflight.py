@@ -3,7 +3,10 @@ optimizer must hold the model's parameters; the datasets must be map-style, the 
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from torch import nn
 from torch.utils.data import IterableDataset, TensorDataset
 
 from torchslurm.errors import ConfigError
+from torchslurm.train import preflight
 from torchslurm.train.config import TrainConfig
 from torchslurm.train.preflight import data_problem, optimizer_problem, run_dir_problem
 from torchslurm.train.trainer import Trainer
@@ -107,3 +111,101 @@ def test_the_trainer_refuses_a_resume_that_names_no_checkpoint_before_it_starts(
     with pytest.raises(ConfigError, match=r"resume='sometimes': no such folder; expected auto, never or a checkpoint "
                                           r"folder .*HINT: resume=auto continues"):
         _trainer(tmp_path, data, data, resume="sometimes")
+
+
+WRITE_THERE = "checkpoints/ and metrics.jsonl are written there."
+CHOOSE = ("choose a directory you can write to, on a filesystem every node sees, e.g. run_dir=$HOME/runs/demo.")
+A_DIRECTORY = ("expected a directory for checkpoints/ and metrics.jsonl.",
+               "point run_dir at a directory (it is created if missing), e.g. run_dir=runs/demo.")
+
+
+def _whole(problem: ConfigError | None) -> tuple[str, str | None]:
+    assert problem is not None
+    return problem.message, problem.hint
+
+
+def test_a_run_dir_that_is_or_lies_under_a_file_is_refused_whole(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("")
+    assert _whole(run_dir_problem(file)) == (f"run_dir={file} is an existing file; {A_DIRECTORY[0]}", A_DIRECTORY[1])
+    assert _whole(run_dir_problem(file / "a" / "b")) == (
+        f"run_dir={file}/a/b is inside {file}, which is a file; {A_DIRECTORY[0]}", A_DIRECTORY[1])
+    assert _whole(run_dir_problem(Path("/proc/foo"))) == (
+        f"run_dir=/proc/foo cannot be created (No such file or directory: /proc/foo); {WRITE_THERE}", CHOOSE)
+
+
+def _failing_probe(monkeypatch: pytest.MonkeyPatch, error: OSError) -> list[Path]:
+    tried: list[Path] = []
+
+    def open_new(path: Path, mode: str) -> None:
+        tried.append(path)
+        raise error
+
+    monkeypatch.setattr(preflight, "open_new", open_new)
+    return tried
+
+
+def test_a_run_dir_that_cannot_be_written_is_refused_whole_and_what_was_created_is_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _failing_probe(monkeypatch, OSError(errno.EROFS, "Read-only file system", "/mnt/ro/probe"))
+    assert _whole(run_dir_problem(tmp_path)) == (
+        f"run_dir={tmp_path} is not writable (Read-only file system: /mnt/ro/probe); {WRITE_THERE}", CHOOSE)
+    assert _whole(run_dir_problem(tmp_path / "a" / "b")) == (
+        f"run_dir={tmp_path}/a/b cannot be created (Read-only file system: /mnt/ro/probe); {WRITE_THERE}", CHOOSE)
+    assert list(tmp_path.iterdir()) == []
+    _failing_probe(monkeypatch, OSError("no reason given"))  # an OSError without strerror or filename
+    assert _whole(run_dir_problem(tmp_path / "a" / "b", keep_created=True)) == (
+        f"run_dir={tmp_path}/a/b cannot be created (no reason given: {tmp_path}/a/b); {WRITE_THERE}", CHOOSE)
+    assert (tmp_path / "a" / "b").is_dir()
+
+
+def test_only_the_folders_made_for_the_test_are_removed(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    assert run_dir_problem(tmp_path / "a" / "b" / "c") is None
+    assert [p.name for p in tmp_path.iterdir()] == ["a"] and list((tmp_path / "a").iterdir()) == []
+
+
+def test_the_probe_is_tried_twice_then_its_error_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = tmp_path / f".torchslurm-write-test-{socket.gethostname()}-{os.getpid()}"
+    probe.write_text("")  # left by a crash: removed, and the probe made again once
+    tried = _failing_probe(monkeypatch, FileExistsError(errno.EEXIST, "File exists", str(probe)))
+    assert _whole(run_dir_problem(tmp_path)) == (
+        f"run_dir={tmp_path} is not writable (File exists: {probe}); {WRITE_THERE}", CHOOSE)
+    assert tried == [probe, probe]
+
+
+def test_every_refusal_of_an_optimizer_is_said_whole() -> None:
+    model, other = nn.Linear(3, 2), nn.Linear(3, 2)
+    hint = ("build the optimizer from that model's parameters, e.g. torch.optim.AdamW(model.parameters()); a learnable "
+            "value outside it (a loss weight) belongs in an nn.Module inside the model.")
+    given = "among the parameters of the model given to the Trainer (Linear, 2 parameter tensor(s))."
+    for params, what in (([*other.parameters()], "2 parameter tensor(s) and none of them is"),
+                         ([model.weight, other.bias], "2 parameter tensor(s) and 1 of them is not"),
+                         ([model.weight, *other.parameters()], "3 parameter tensor(s) and 2 of them are not")):
+        assert _whole(optimizer_problem(model, torch.optim.SGD(params, lr=0.1))) == (
+            f"the optimizer holds {what} {given}", hint)
+    two_groups = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias], "lr": 0.01}], lr=0.1)
+    assert optimizer_problem(model, two_groups) is None
+
+
+MAP_STYLE = ("expected a map-style Dataset (len() and [i]): each rank reads its own share of its indices.",
+             "pass a torch.utils.data.Dataset with __len__ and __getitem__ (a list of samples works too); an "
+             "IterableDataset has no indices to share out: keep its samples in a list, or index your files.")
+
+
+class _NoItems:
+    def __len__(self) -> int:
+        return 3
+
+
+def test_every_refusal_of_the_datasets_is_said_whole() -> None:
+    data = [(0, 1), (1, 0)]
+    for train, val, given in ((None, data, "train_data is None"), (data, 7, "val_data (int) has no len() and no [i]"),
+                              (_Stream(), None, "train_data (_Stream) has no len()"),
+                              (_NoItems(), None, "train_data (_NoItems) has no [i]")):
+        assert _whole(data_problem(train, val)) == (f"{given}; {MAP_STYLE[0]}", MAP_STYLE[1])
+    assert data_problem(data, {}) is None  # a dict has len() and [i]
+    assert _whole(data_problem([], data)) == (
+        "train_data (list) holds no samples; expected at least one.",
+        "check how it is built: a data path or a filter that matched nothing is the usual cause.")
+    assert data_problem([(0, 1)], []) is None  # empty validation data: nothing to validate, not an error
