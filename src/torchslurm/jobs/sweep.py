@@ -74,9 +74,9 @@ def section(data: object, spec: JobSpec, flags: Mapping[str, Any] | None = None)
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     grid = {**_grid(data.get("grid")), **{k: _values(k, v) for k, v in flags.get("grid", {}).items()}}
     points = _explicit(flags.get("points", data.get("points")))
-    name = flags.get("name", data.get("name")) or spec.name
+    name = _given(flags.get("name", data.get("name")), spec.name)
     max_parallel = flags.get("max_parallel", data.get("max_parallel"))
-    run_dir = flags.get("run_dir", data.get("run_dir")) or DEFAULT_BASE
+    run_dir = _given(flags.get("run_dir", data.get("run_dir")), DEFAULT_BASE)
     extra = data.get("extra_keys") or []
     if not isinstance(extra, list) or not all(isinstance(k, str) for k in extra):
         raise ConfigError(f"sweep.extra_keys={shown(extra)} is not a list of names.",
@@ -227,15 +227,26 @@ def check(spec: JobSpec, sweep: Sweep, points: Sequence[Point], validate: Valida
     ConfigError.raise_any(problems[:10])
 
 
+def _given(value: object, default: object) -> object:
+    """`value` unless left out or empty; 0 or false stay, to be refused as what they are."""
+    return default if value is None or value == "" else value
+
+
 def _spec_problems(spec: JobSpec) -> Iterator[ConfigError]:
     if spec.array is not None:
         yield ConfigError(f"array={spec.array}: a sweep makes its own array, one task per point.",
                           "drop --array (array: in the spec file); --max-parallel N limits how many run at once.")
     for arg in spec.args:
-        if arg.partition("=")[0].replace("-", "_") == "run_dir" and "=" in arg:
+        if _sets_run_dir(arg):
             yield ConfigError(f"args hold {arg!r}; a sweep gives every point a run_dir of its own "
                               "(<sweep dir>/<point>).", "drop it; --sweep-dir (run_dir: in the sweep: section) "
                               "sets the folder the sweep's folder goes into.")
+
+
+def _sets_run_dir(arg: str) -> bool:
+    """run_dir=x, and a script's own flag: --run_dir=x, --run-dir=x, or --run-dir followed by x."""
+    key = arg.partition("=")[0]
+    return key.lstrip("-").replace("-", "_") == "run_dir" and ("=" in arg or key.startswith("--"))
 
 
 def _key_problems(points: Sequence[Point]) -> Iterator[ConfigError]:

@@ -38,7 +38,7 @@ MAX_GPUS_PER_NODE = 8
 ARP_PROBES = 20
 STATE_FILE = "sandbox.json"
 # Characters that would break slurm.conf or the shell lines that start the daemons.
-_UNSAFE_PATH_CHARS = set(" \t\n#'\"\\$`;&|<>()*?[]{}!~")
+_UNSAFE_PATH_CHARS = set(" \t\n#'\"\\$`;&|<>()*?[]{}!~:")
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ class SandboxConfig:
             bad = sorted(set(str(path)) & _UNSAFE_PATH_CHARS)
             if not path.is_absolute() or bad:
                 raise ConfigError(
-                    f"{name}={str(path)!r} must be an absolute path without spaces or shell characters "
-                    f"(found {''.join(bad) or 'a relative path'}); Slurm config lines cannot quote them.",
+                    f"{name}={str(path)!r} must be an absolute path without spaces, colons or shell characters "
+                    f"(found {''.join(bad) or 'a relative path'}); Slurm config lines and PATH cannot quote them.",
                     fix
                 )
 

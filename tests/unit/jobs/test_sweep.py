@@ -59,6 +59,7 @@ def test_flags_win_over_the_section() -> None:
         "train", None, Path("runs"), Path("runs/train").absolute())
     assert section({"run_dir": "base"}, SPEC, {"run_dir": Path("/sweeps")}).sweep_dir == Path("/sweeps/train")
     assert section({"run_dir": ""}, SPEC).run_dir == Path("runs")  # empty: the default
+    assert section({"name": ""}, SPEC, {"name": ""}).name == "train"
 
 
 def test_flag_values_are_numbers_only_when_they_read_back_as_given() -> None:
@@ -129,6 +130,10 @@ SCALAR_HINT = "a point passes lr=VALUE to the script: give a scalar, e.g. lr: 0.
     ({"extra_keys": ["samples", 3]}, "sweep.extra_keys=['samples', 3] is not a list of names.",
      "write extra_keys: [samples, step_sleep] (your script's own key=value arguments)."),
     ({"run_dir": 3}, "sweep.run_dir=3 is not a folder.", "e.g. run_dir: runs (the default)."),
+    ({"run_dir": 0}, "sweep.run_dir=0 is not a folder.", "e.g. run_dir: runs (the default)."),
+    ({"run_dir": False}, "sweep.run_dir=False is not a folder.", "e.g. run_dir: runs (the default)."),
+    ({"name": 0}, f"sweep name 0 {NAME_MESSAGE}", NAME_HINT),
+    ({"name": False}, f"sweep name False {NAME_MESSAGE}", NAME_HINT),
     ("lr", "sweep: holds 'lr', expected a mapping.", "write sweep: {grid: {lr: [0.001, 0.0003]}, max_parallel: 2}."),
     ({}, "the sweep has no points: no grid and no explicit points.",
      "give --grid lr=0.001,0.0003 or --point lr=0.01, or a sweep: section with grid: or points:."),
@@ -255,7 +260,9 @@ def resource_swept(key: str, flag: str) -> ConfigError:
     ({"grid": {"lr": [1]}}, JobSpec(script="t.py", array="0-3"), [ARRAY_REFUSED]),
     ({"grid": {"lr": [1]}}, JobSpec(script="t.py", args=("run-dir=out",)), [run_dir_refused("run-dir=out")]),
     ({"grid": {"lr": [1]}}, JobSpec(script="t.py", args=("run_dir=a=b",)), [run_dir_refused("run_dir=a=b")]),
-    ({"grid": {"lr": [1]}}, JobSpec(script="t.py", args=("run_dir", "--run_dir", "x=run_dir")), []),
+    ({"grid": {"lr": [1]}}, JobSpec(script="t.py", args=("run_dir", "x=run_dir", "-run_dir", "--run_dirs=x")), []),
+    ({"grid": {"lr": [1]}}, JobSpec(script="t.py", args=("--run_dir=x", "--run-dir", "x", "-run-dir=y")),
+     [run_dir_refused("--run_dir=x"), run_dir_refused("--run-dir"), run_dir_refused("-run-dir=y")]),
     ({"grid": {"lr": [1]}}, JobSpec(script="t.py", array="0-3", args=("a=1", "run_dir=o")),
      [ARRAY_REFUSED, run_dir_refused("run_dir=o")]),
     ({"grid": {"run_dir": ["a", "b"]}}, SPEC, [RUN_DIR_SWEPT]),

@@ -178,8 +178,8 @@ def test_invalid_sizes_are_rejected_with_a_hint(kw: dict[str, int], message: str
 
 @pytest.mark.parametrize("lab", ["relative/lab", "/tmp/my lab", "/tmp/a;rm -rf", "/tmp/it's"])
 def test_hostile_lab_dirs_are_rejected(lab: str) -> None:
-    with pytest.raises(ConfigError, match=r"--lab-dir=.* must be an absolute path without spaces or shell "
-                                          r"characters .*HINT: --lab-dir /tmp/torchslurm-sandbox"):
+    with pytest.raises(ConfigError, match=r"--lab-dir=.* must be an absolute path without spaces, colons "
+                                          r"or shell characters .*HINT: --lab-dir /tmp/torchslurm-sandbox"):
         SandboxConfig(lab_dir=Path(lab))
 
 
@@ -379,15 +379,19 @@ def test_sizes_past_their_limits_are_refused_whole(kw: dict[str, int], text: str
 
 
 @pytest.mark.parametrize(("kw", "text"), [
-    ({"lab_dir": Path("relative/lab")}, "--lab-dir='relative/lab' must be an absolute path without spaces or shell "
-     "characters (found a relative path); Slurm config lines cannot quote them. "
+    ({"lab_dir": Path("relative/lab")}, "--lab-dir='relative/lab' must be an absolute path without spaces, colons "
+     "or shell characters (found a relative path); Slurm config lines and PATH cannot quote them. "
      "HINT: --lab-dir /tmp/torchslurm-sandbox"),
-    ({"lab_dir": Path("/tmp/a;b$")}, "--lab-dir='/tmp/a;b$' must be an absolute path without spaces or shell "
-     "characters (found $;); Slurm config lines cannot quote them. HINT: --lab-dir /tmp/torchslurm-sandbox"),
+    ({"lab_dir": Path("/tmp/a;b$")}, "--lab-dir='/tmp/a;b$' must be an absolute path without spaces, colons "
+     "or shell characters (found $;); Slurm config lines and PATH cannot quote them. HINT: --lab-dir /tmp/torchslurm-sandbox"),
     # python_bin is no flag but the folder of the Python running torchslurm: the fix is another environment.
-    ({"python_bin": Path("venv/bin")}, "python_bin='venv/bin' must be an absolute path without spaces or shell "
-     "characters (found a relative path); Slurm config lines cannot quote them. HINT: run torchslurm from a "
+    ({"python_bin": Path("venv/bin")}, "python_bin='venv/bin' must be an absolute path without spaces, colons "
+     "or shell characters (found a relative path); Slurm config lines and PATH cannot quote them. HINT: run torchslurm from a "
      "Python environment whose path is absolute and plain, e.g. python3 -m venv /opt/torchslurm-venv"),
+    # a colon would split PATH, which the nodes' jobs get with python_bin first
+    ({"python_bin": Path("/opt/v:1/bin")}, "python_bin='/opt/v:1/bin' must be an absolute path without spaces, "
+     "colons or shell characters (found :); Slurm config lines and PATH cannot quote them. HINT: run torchslurm "
+     "from a Python environment whose path is absolute and plain, e.g. python3 -m venv /opt/torchslurm-venv"),
 ])
 def test_unusable_paths_are_refused_whole(kw: dict[str, Path], text: str) -> None:
     with pytest.raises(ConfigError) as info:
