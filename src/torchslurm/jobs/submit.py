@@ -22,7 +22,7 @@ from torchslurm.jobs.slurm import SlurmClient
 from torchslurm.jobs.slurmoutput import JobStatus
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
-from torchslurm.runtime.launch import data_file_kind, script_problem
+from torchslurm.runtime.launch import data_file_kind, first_line, script_problem, shell_script_kind
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +118,14 @@ def script_missing(spec: JobSpec, cwd: Path, submitting: bool) -> list[Finding]:
                         "flags or as script: in the spec; a config file of the script's own goes after the script, "
                         "among its arguments")]
     path = cwd / spec.script
+    shell = None if path.is_dir() else shell_script_kind(spec.script, first_line(path))
+    if shell is not None:
+        return [Finding("error" if submitting else "warning", "script-is-shell",
+                        f"script {spec.script!r} is {shell}: the job would run `python {spec.script}` and fail at "
+                        "once.",
+                        "give the Python training script: torchslurm writes the sbatch script around it "
+                        f"(`torchslurm script` shows it); to submit a script of your own, run `sbatch {spec.script}` "
+                        f"(and check it first with `torchslurm lint {spec.script}`)")]
     if script_problem(str(path)) is None:  # what `torchslurm run` accepts: a file, or a folder with __main__.py
         return []
     what = "is a directory" if path.is_dir() else "does not exist"

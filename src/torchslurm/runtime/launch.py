@@ -102,15 +102,50 @@ def data_file_kind(script: str) -> str | None:
     return _DATA_FILES.get(Path(script).suffix.lower())
 
 
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish"})
+_SHELL_SUFFIXES = frozenset({".sh", ".bash", ".zsh", ".ksh", ".csh", ".sbatch", ".slurm"})
+
+
+def shell_script_kind(script: str, first_line: str = "") -> str | None:
+    """How `script` shows itself a shell script (a hand-written sbatch script given where the training
+    script goes): 'a .sh file' by its name, 'a shell script (#!/bin/bash)' by its #! line; else None."""
+    suffix = Path(script).suffix.lower()
+    if suffix in _SHELL_SUFFIXES:
+        return f"a {suffix} file"
+    if suffix == ".py" or not first_line.startswith("#!"):  # a .py file may start #!/bin/sh, then exec python
+        return None
+    words = first_line[2:].split()
+    if words and Path(words[0]).name == "env":  # #!/usr/bin/env [-S] [VAR=x] bash
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    if words and Path(words[0]).name in _SHELLS:
+        return f"a shell script ({first_line.strip()})"
+    return None
+
+
+def first_line(path: Path) -> str:
+    """The file's first line (at most 200 bytes), '' when it cannot be read."""
+    try:
+        with path.open("rb") as file:
+            return file.readline(200).decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def script_problem(script: str) -> ConfigError | None:
     """Why `python script` cannot start, or None: it must be a file (or a folder with __main__.py,
-    which python runs too), and not a config file."""
+    which python runs too), and not a config file or a shell script."""
     path = Path(script)
     kind = data_file_kind(script)
     if kind is not None and not path.is_dir():
         return ConfigError(f"script {script!r} is a {kind} file, not a Python script: `python {script}` would fail.",
                            "give the training script first and this file among its arguments, e.g. "
                            f"`torchslurm run --nproc 2 train.py --config {script}`.")
+    shell = None if path.is_dir() else shell_script_kind(script, first_line(path))
+    if shell is not None:
+        return ConfigError(f"script {script!r} is {shell}, not a Python script: `python {script}` would fail.",
+                           "give the Python training script (`torchslurm run --nproc 2 train.py`); a hand-written "
+                           f"sbatch script is submitted with `sbatch {script}` (check it first: "
+                           f"`torchslurm lint {script}`).")
     if path.is_file() or (path.is_dir() and (path / "__main__.py").is_file()):
         return None
     if path.is_dir():

@@ -103,6 +103,30 @@ def test_submit_refuses_a_missing_training_script(tmp_path: Path, monkeypatch: p
     assert main(["submit", "--force", "nothere.py"]) == 0 and len(no_sbatch) == 1  # only on the nodes: forced
 
 
+@pytest.mark.parametrize(("given", "text", "kind"), [
+    ("job.sh", "srun python train.py\n", "a .sh file"),
+    ("run.SBATCH", "#SBATCH -N 2\n", "a .sbatch file"),
+    ("job", "#!/usr/bin/env bash\n#SBATCH --nodes=2\nsrun python train.py\n", "a shell script (#!/usr/bin/env bash)"),
+])
+def test_submit_refuses_a_hand_written_sbatch_script_given_as_the_training_script(
+        given: str, text: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_sbatch: list[Path],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`submit job.sh`: the user's own sbatch script, which the job would run with python."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / given).write_text(text)
+    assert main(["submit", given]) == 2
+    assert (f"error: [script-is-shell] script {given!r} is {kind}: the job would run `python {given}` and fail at "
+            "once. HINT: give the Python training script: torchslurm writes the sbatch script around it "
+            f"(`torchslurm script` shows it); to submit a script of your own, run `sbatch {given}` (and check it "
+            f"first with `torchslurm lint {given}`)\n") in capsys.readouterr().err
+    assert no_sbatch == []
+    assert main(["script", given]) == 0 and "warning: [script-is-shell]" in capsys.readouterr().err
+    assert main(["run", given]) == 2
+    assert (f"error: script {given!r} is {kind}, not a Python script: `python {given}` would fail. HINT: give the "
+            "Python training script (`torchslurm run --nproc 2 train.py`); a hand-written sbatch script is submitted "
+            f"with `sbatch {given}` (check it first: `torchslurm lint {given}`).") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("given", ["job.yaml", "job.YML", "config.json", "settings.toml"])
 def test_submit_refuses_a_job_spec_given_as_the_training_script(given: str, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch,

@@ -15,6 +15,7 @@ from torchslurm.runtime.launch import (
     check_run_options,
     cpu_oversubscription,
     data_file_kind,
+    first_line,
     gpus_on_node,
     mark_finished,
     module_problem,
@@ -22,6 +23,7 @@ from torchslurm.runtime.launch import (
     plan,
     root_cause,
     script_problem,
+    shell_script_kind,
     signal_error,
     signal_exit_code,
 )
@@ -271,6 +273,42 @@ def test_every_script_refusal_whole(tmp_path: Path) -> None:
         f"--config {spec}`.")
     assert [data_file_kind(n) for n in ("a.yml", "b.Json", "c.toml", "d.py", "e")] == ["YAML", "JSON", "TOML", None,
                                                                                        None]
+
+
+@pytest.mark.parametrize(("script", "line", "kind"), [
+    ("job.sh", "", "a .sh file"),
+    ("dir/run.Slurm", "#!/usr/bin/env python3\n", "a .slurm file"),  # the name says it first
+    ("job", "#!/bin/bash\n", "a shell script (#!/bin/bash)"),
+    ("job", "#! /bin/sh -e\n", "a shell script (#! /bin/sh -e)"),
+    ("job", "#!/usr/bin/env -S bash -l\n", "a shell script (#!/usr/bin/env -S bash -l)"),
+    ("job", "#!/usr/bin/env LC_ALL=C zsh", "a shell script (#!/usr/bin/env LC_ALL=C zsh)"),
+    ("train", "#!/usr/bin/env python3\n", None),
+    ("train.py", "#!/bin/bash\n", None),  # a .py file is python's, whatever its first line says
+    ("train", "# a comment\n", None),
+    ("train", "#!\n", None),
+    ("train", "#!/usr/bin/env\n", None),
+    ("train", "#!/opt/bin/bashful\n", None),
+    ("train", "", None),
+])
+def test_a_shell_script_is_told_by_its_name_or_its_first_line(script: str, line: str, kind: str | None) -> None:
+    assert shell_script_kind(script, line) == kind
+
+
+def test_a_shell_script_is_refused_as_the_script_and_read_only_for_its_first_line(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.write_text("#!/bin/bash\n" + "#SBATCH -N 2\n" * 1000)
+    problem = script_problem(str(job))
+    assert problem is not None and (problem.message, problem.hint) == (
+        f"script {str(job)!r} is a shell script (#!/bin/bash), not a Python script: `python {job}` would fail.",
+        f"give the Python training script (`torchslurm run --nproc 2 train.py`); a hand-written sbatch script is "
+        f"submitted with `sbatch {job}` (check it first: `torchslurm lint {job}`).")
+    assert first_line(job) == "#!/bin/bash\n"
+    assert first_line(tmp_path / "absent") == ""
+    (tmp_path / "long").write_text("#!" + "x" * 500)
+    assert first_line(tmp_path / "long") == "#!" + "x" * 198  # a binary without line breaks is not read whole
+    (tmp_path / "pkg.sh").mkdir()
+    (tmp_path / "pkg.sh" / "__main__.py").write_text("")
+    assert script_problem(str(tmp_path / "pkg.sh")) is None  # a folder python runs, whatever its name
 
 
 def test_gpus_on_node_without_a_count_from_slurm() -> None:
