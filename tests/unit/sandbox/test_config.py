@@ -383,11 +383,13 @@ def test_sizes_past_their_limits_are_refused_whole(kw: dict[str, int], text: str
      "or shell characters (found a relative path); Slurm config lines and PATH cannot quote them. "
      "HINT: --lab-dir /tmp/torchslurm-sandbox"),
     ({"lab_dir": Path("/tmp/a;b$")}, "--lab-dir='/tmp/a;b$' must be an absolute path without spaces, colons "
-     "or shell characters (found $;); Slurm config lines and PATH cannot quote them. HINT: --lab-dir /tmp/torchslurm-sandbox"),
+     "or shell characters (found $;); Slurm config lines and PATH cannot quote them. "
+     "HINT: --lab-dir /tmp/torchslurm-sandbox"),
     # python_bin is no flag but the folder of the Python running torchslurm: the fix is another environment.
     ({"python_bin": Path("venv/bin")}, "python_bin='venv/bin' must be an absolute path without spaces, colons "
-     "or shell characters (found a relative path); Slurm config lines and PATH cannot quote them. HINT: run torchslurm from a "
-     "Python environment whose path is absolute and plain, e.g. python3 -m venv /opt/torchslurm-venv"),
+     "or shell characters (found a relative path); Slurm config lines and PATH cannot quote them. "
+     "HINT: run torchslurm from a Python environment whose path is absolute and plain, "
+     "e.g. python3 -m venv /opt/torchslurm-venv"),
     # a colon would split PATH, which the nodes' jobs get with python_bin first
     ({"python_bin": Path("/opt/v:1/bin")}, "python_bin='/opt/v:1/bin' must be an absolute path without spaces, "
      "colons or shell characters (found :); Slurm config lines and PATH cannot quote them. HINT: run torchslurm "
