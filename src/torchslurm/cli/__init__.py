@@ -109,12 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     extra = _settings_anywhere(args, extra)
     if extra:  # named here, with the subcommand: argparse would blame the top-level parser
-        from torchslurm.jobs.flags import slurm_flag_advice
+        from torchslurm.jobs.flags import slurm_flag_advice, torchrun_flag_advice
 
         parser.prog = f"torchslurm {args.command}" if args.command else "torchslurm"
         accepted = _subparser(parser, args.command)._option_string_actions if args.command else {}
         flags = [arg for arg in extra if arg.startswith("-")]
-        advice = [a for a in (slurm_flag_advice(arg, accepted) for arg in flags) if a]
+        advice = [a for arg in flags for a in (slurm_flag_advice(arg, accepted), torchrun_flag_advice(arg, accepted))
+                  if a]
         if advice:
             parser.fail("; ".join(dict.fromkeys(what for what, _ in advice)),
                         "; ".join(dict.fromkeys(hint for _, hint in advice)))

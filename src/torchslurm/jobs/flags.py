@@ -1,7 +1,8 @@
 """Flags on a command line that the job spec reads differently: sbatch's own spellings of what the
 spec asks another way (`--gpus 8` for the whole job, `-J NAME`), sbatch options the spec has no field
-for, and torchslurm's Slurm flags given after the script (the script would get them). Pure: the CLI
-says what a subcommand accepts and prints the advice.
+for, torchrun's flags that `torchslurm run` does without (`--nproc_per_node`, `--nnodes`, `--standalone`),
+and torchslurm's Slurm flags given after the script (the script would get them). Pure: the CLI says what a
+subcommand accepts and prints the advice.
 """
 
 from __future__ import annotations
@@ -58,6 +59,33 @@ SBATCH_ONLY = frozenset({
     "--deadline", "--kill-on-invalid-dep", "--acctg-freq", "--core-spec", "-S", "--tres-per-task",
     "--ntasks-per-gpu", "--spread-job", "--use-min-nodes", "--wait", "-W", "--test-only",
 })
+
+
+_FOUND_ITSELF = ("is torchrun's; torchslurm finds the master (the node of rank 0) and a free port itself",
+                 "drop it; to choose them anyway, set MASTER_ADDR and MASTER_PORT in the environment")
+_PER_NODE_RANKS = ("is torchrun's spelling of --nproc", "use --nproc N (ranks on this machine; per node inside an "
+                   "allocation)")
+# torchrun's own flags (torch.distributed.run) that the commands starting ranks (run, train, doctor,
+# bench) do without: flag -> (what it means, what to do).
+TORCHRUN_FLAGS: dict[str, tuple[str, str]] = {
+    "--nproc-per-node": _PER_NODE_RANKS, "--nproc_per_node": _PER_NODE_RANKS,
+    "--nnodes": ("is torchrun's; torchslurm spans the Slurm allocation it runs in (every node of it) and "
+                 "this machine alone outside one", "drop it; for N nodes, run it inside `salloc -N N` or an sbatch "
+                 "script, or submit with `torchslurm submit --nodes N`"),
+    "--standalone": ("is torchrun's; torchslurm picks a free local port itself", "drop it"),
+    **{f"--{word}{sep}{rest}": _FOUND_ITSELF for word, rest in (
+        ("master", "addr"), ("master", "port"), ("rdzv", "endpoint"), ("rdzv", "backend"), ("rdzv", "id"),
+        ("node", "rank")) for sep in "_-"},
+}
+
+
+def torchrun_flag_advice(arg: str, accepted: Collection[str]) -> tuple[str, str] | None:
+    """(what is wrong, the fix) for a torchrun flag given to a subcommand that starts ranks (takes --nproc)."""
+    flag = flag_name(arg)
+    if "--nproc" not in accepted or flag not in TORCHRUN_FLAGS:
+        return None
+    meaning, hint = TORCHRUN_FLAGS[flag]
+    return f"{flag} {meaning}", hint
 
 
 def flag_name(arg: str) -> str:

@@ -77,6 +77,38 @@ def test_slurm_advice_only_where_the_subcommand_has_the_flag(capsys: pytest.Capt
     assert err.startswith("error: torchslurm logs: unrecognized arguments: -o x. HINT: `torchslurm logs --help`"), err
 
 
+MASTER_FOUND = ("is torchrun's; torchslurm finds the master (the node of rank 0) and a free port itself. HINT: drop "
+                "it; to choose them anyway, set MASTER_ADDR and MASTER_PORT in the environment.\n")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "--nproc_per_node", "2", "train.py"], "error: torchslurm run: --nproc_per_node is torchrun's spelling "
+     "of --nproc. HINT: use --nproc N (ranks on this machine; per node inside an allocation).\n"),
+    (["train", "--nproc-per-node=2"], "error: torchslurm train: --nproc-per-node is torchrun's spelling of --nproc. "),
+    (["run", "--standalone", "--nproc", "2", "train.py"],
+     "error: torchslurm run: --standalone is torchrun's; torchslurm picks a free local port itself. HINT: drop it.\n"),
+    (["run", "--nnodes=2", "train.py"], "error: torchslurm run: --nnodes is torchrun's; torchslurm spans the Slurm "
+     "allocation it runs in (every node of it) and this machine alone outside one. HINT: drop it; for N nodes, run "
+     "it inside `salloc -N N` or an sbatch script, or submit with `torchslurm submit --nodes N`.\n"),
+    (["run", "--master_port=29500", "train.py"], f"error: torchslurm run: --master_port {MASTER_FOUND}"),
+    (["doctor", "--rdzv-endpoint", "node1:29500"], f"error: torchslurm doctor: --rdzv-endpoint {MASTER_FOUND}"),
+    (["bench", "--node_rank=0"], f"error: torchslurm bench: --node_rank {MASTER_FOUND}"),
+])
+def test_torchruns_own_flags_say_what_torchslurm_does_instead(argv: list[str], expected: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(argv, capsys)
+    assert err.endswith(expected) if expected.endswith("\n") else expected in err, err
+
+
+def test_torchrun_advice_only_where_the_subcommand_starts_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+    """submit has --nproc-per-node of its own (torchrun mode): --nproc_per_node is a near miss there."""
+    err = _error(["submit", "--nproc_per_node", "2", "train.py"], capsys)
+    assert err.startswith("error: torchslurm submit: unrecognized arguments: --nproc_per_node. HINT: did you mean "
+                          "--nproc_per_node -> --nproc-per-node?"), err
+    err = _error(["script", "--standalone", "train.py"], capsys)
+    assert err.startswith("error: torchslurm script: unrecognized arguments: --standalone. HINT:"), err
+
+
 @pytest.fixture
 def no_sbatch(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """SlurmClient.submit records the script instead of running sbatch; job id 42."""

@@ -1,9 +1,17 @@
-"""jobs.flags: sbatch's spellings the job spec says another way, sbatch-only options, and Slurm flags
-given after the script (the CLI's messages from them: tests/unit/cli/test_jobs_ux.py)."""
+"""jobs.flags: sbatch's spellings the job spec says another way, sbatch-only options, torchrun's flags,
+and Slurm flags given after the script (the CLI's messages from them: tests/unit/cli/test_jobs_ux.py)."""
 
 from __future__ import annotations
 
-from torchslurm.jobs.flags import SBATCH_ONLY, SLURM_EQUIVALENTS, flag_name, misplaced_flags, slurm_flag_advice
+from torchslurm.jobs.flags import (
+    SBATCH_ONLY,
+    SLURM_EQUIVALENTS,
+    TORCHRUN_FLAGS,
+    flag_name,
+    misplaced_flags,
+    slurm_flag_advice,
+    torchrun_flag_advice,
+)
 
 SPEC_FLAGS = {"--gpus-per-node", "--tasks-per-node", "--name", "--nodes", "--partition", "--time"}
 
@@ -30,6 +38,18 @@ def test_an_sbatch_only_option_points_at_sbatch_itself() -> None:
     assert "`sbatch --reservation=... job.sbatch`" in hint
     assert slurm_flag_advice("--reservation=r1", {"--gpus-per-node"}) is None  # not a job command
     assert not SBATCH_ONLY & set(SLURM_EQUIVALENTS)
+
+
+def test_torchrun_flags_are_advised_only_to_commands_that_start_ranks() -> None:
+    assert torchrun_flag_advice("--nproc_per_node=4", {"--nproc"}) == (
+        "--nproc_per_node is torchrun's spelling of --nproc",
+        "use --nproc N (ranks on this machine; per node inside an allocation)")
+    assert torchrun_flag_advice("--nproc_per_node=4", SPEC_FLAGS | {"--nproc-per-node"}) is None  # submit, script
+    assert torchrun_flag_advice("--lr=0.1", {"--nproc"}) is None
+    assert {f for f in TORCHRUN_FLAGS if "_" in f} == {
+        "--nproc_per_node", "--master_addr", "--master_port", "--rdzv_endpoint", "--rdzv_backend", "--rdzv_id",
+        "--node_rank"}
+    assert all(f.replace("_", "-") in TORCHRUN_FLAGS for f in TORCHRUN_FLAGS)  # both spellings, as torchrun takes
 
 
 def test_slurm_flags_after_the_script_are_errors_once_each() -> None:
