@@ -38,6 +38,10 @@ def handle(args: argparse.Namespace) -> int:
     launch.check_run_options(args.script, args.nproc, args.max_restarts, module=args.module)
     plan = launch.plan(os.environ, args.script, args.args, args.nproc, sys.executable, launch.cuda_device_count(),
                        module=args.module)
+    for flag in launch.run_flags_after_script(args.args) if plan.mode != "exec" else ():  # once, not per srun task
+        logger.warning("%s comes after %s, so %s gets it, not torchslurm run; put it before the script "
+                       "(torchslurm run %s ... %s) unless %s takes %s itself", flag, args.script, args.script, flag,
+                       args.script, args.script, flag)
     if args.dry_run:
         print(f"{plan.mode}: {plan.reason}")
         print(" ".join(plan.argv))

@@ -86,6 +86,15 @@ def check_run_options(script: str, nproc: int | None, max_restarts: int, *, modu
     ])
 
 
+RUN_FLAGS = ("--nproc", "--max-restarts", "--dry-run")
+
+
+def run_flags_after_script(script_args: Sequence[str]) -> list[str]:
+    """torchslurm run's own flags among the script's arguments (the script gets them, as under torchrun:
+    `run train.py --dry-run` trains), once each."""
+    return [flag for flag in dict.fromkeys(arg.partition("=")[0] for arg in script_args) if flag in RUN_FLAGS]
+
+
 def nproc_problem(nproc: int | None) -> ConfigError | None:
     """The one rule for --nproc (run, train, doctor, bench): unset, or at least one rank."""
     if nproc is None or nproc >= 1:

@@ -114,8 +114,24 @@ def test_bare_run_asks_only_for_the_script(cli: Run) -> None:
 
 
 def test_script_arguments_still_pass_through(cli: Run) -> None:
-    code, out, _ = cli("run", "--dry-run", "ok.py", "--nproc", "5", "x")
-    assert code == 0 and out.splitlines()[1].endswith(" ok.py --nproc 5 x")
+    code, out, err = cli("run", "--dry-run", "ok.py", "--nproc", "5", "x", "--dry-run=1", "--nproc")
+    assert code == 0 and out.splitlines()[1].endswith(" ok.py --nproc 5 x --dry-run=1 --nproc")
+    assert err == "".join(
+        f"[torchslurm] WARNING {flag} comes after ok.py, so ok.py gets it, not torchslurm run; put it before the "
+        f"script (torchslurm run {flag} ... ok.py) unless ok.py takes {flag} itself\n" for flag in ("--nproc",
+                                                                                                "--dry-run"))
+
+
+def test_run_flags_after_the_script_are_told_once_not_by_every_srun_task(cli: Run,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
+                        "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_STEP_NODELIST": "n[1-2]",
+                        "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "1(x2)"}.items():
+        monkeypatch.setenv(name, value)
+    code, out, err = cli("run", "--dry-run", "ok.py", "--max-restarts=2")
+    assert (code, err) == (0, "") and out.startswith("exec: already a rank: srun task 1 of 2"), (out, err)
+    assert launch.run_flags_after_script(["--max-restarts", "1", "--nproc=2", "--nproc", "-nproc", "--dry"]) == [
+        "--max-restarts", "--nproc"]
 
 
 
