@@ -53,7 +53,7 @@ def test_a_rank_whose_checkpoint_cannot_be_written_exits_1_not_2(monkeypatch: py
     import errno
 
     from torchslurm.cli import train
-    from torchslurm.train.checkpoint.writer import save_failed
+    from torchslurm.train.checkpoint.durability import save_failed
 
     def full_disk(args: argparse.Namespace) -> None:
         raise save_failed(3, OSError(errno.ENOSPC, "No space left on device"))

@@ -7,8 +7,8 @@
 
 Private parts: `layout` (folders, names, publish, prune), `integrity` (checksums), `hashed` (files
 checksummed while written), `reading` (safe loading), `state` (model and optimizer state split and
-loaded), `shards` (FSDP's sharded tensors, a file per rank), `writer` (snapshots, durability, the
-background writer), `checkpointer`, `weights`.
+loaded), `shards` (FSDP's sharded tensors, a file per rank), `writer` (snapshots, the background
+writer), `durability` (fsyncs on a thread, a failed save's message), `checkpointer`, `weights`.
 Importing this package does not import torch; the names that need it load on first use.
 """
 

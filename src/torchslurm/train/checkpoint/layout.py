@@ -141,7 +141,7 @@ def _delete(paths: list[Path]) -> None:
 def publish(staging: Path, final: Path, keep_last: int, pruner: Pruner, durable: bool = True) -> None:
     """Make a staged checkpoint folder (its files fsynced) the checkpoint `final`: fsync its marker
     and itself, rename, fsync the parent, then delete all but the newest `keep_last` complete ones.
-    `durable=False`: no fsync here, the caller makes it durable later (writer.Durability)."""
+    `durable=False`: no fsync here, the caller makes it durable later (durability.Durability)."""
     root = final.parent
     pruner.unverified(final)
     if durable:
