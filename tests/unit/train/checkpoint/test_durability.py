@@ -69,7 +69,7 @@ def test_a_message_already_said_is_kept_and_the_cause_is_looked_for_eight_deep()
         deep = outer
         if depth == 6:  # the OSError is the eighth link of the chain: still found
             assert save_failed(1, deep).message.endswith("(it is full): OSError: [Errno 28] No space left on device.")
-    assert save_failed(1, deep).message.endswith("to disk: RuntimeError: wrapped 9.")  # nine deep: not followed (a cycle ends too)
+    assert save_failed(1, deep).message.endswith("to disk: RuntimeError: wrapped 9.")  # nine deep: not followed
 
 
 def test_the_thread_fsyncs_the_held_files_and_the_renamed_paths_after_the_early_writes(
