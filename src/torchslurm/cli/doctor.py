@@ -75,7 +75,7 @@ def handle(args: argparse.Namespace) -> int:
 def check_options(args: argparse.Namespace) -> None:
     """--timeout and --nproc, checked here: a rank would get them wrong only after its start-up."""
     from torchslurm.errors import ConfigError
-    from torchslurm.runtime.launch import nproc_problem
+    from torchslurm.runtime.runchecks import nproc_problem
 
     ConfigError.raise_any([
         None if math.isfinite(args.timeout) and args.timeout > 0 else ConfigError(

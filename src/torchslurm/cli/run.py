@@ -32,13 +32,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchslurm.runtime import launch
+    from torchslurm.runtime import launch, runchecks
 
     # before anything starts, --dry-run too
-    launch.check_run_options(args.script, args.nproc, args.max_restarts, module=args.module)
+    runchecks.check_run_options(args.script, args.nproc, args.max_restarts, module=args.module)
     plan = launch.plan(os.environ, args.script, args.args, args.nproc, sys.executable, launch.cuda_device_count(),
                        module=args.module)
-    for flag in launch.run_flags_after_script(args.args) if plan.mode != "exec" else ():  # once, not per srun task
+    for flag in runchecks.run_flags_after_script(args.args) if plan.mode != "exec" else ():  # once, not per srun task
         logger.warning("%s comes after %s, so %s gets it, not torchslurm run; put it before the script "
                        "(torchslurm run %s ... %s) unless %s takes %s itself", flag, args.script, args.script, flag,
                        args.script, args.script, flag)

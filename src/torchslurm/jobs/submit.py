@@ -22,7 +22,7 @@ from torchslurm.jobs.slurm import SlurmClient
 from torchslurm.jobs.slurmoutput import JobStatus
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
-from torchslurm.runtime.launch import data_file_kind, first_line, script_problem, shell_script_kind
+from torchslurm.runtime.runchecks import data_file_kind, first_line, script_problem, shell_script_kind
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import pytest
 
 import torchslurm.cli as cli_package
 from torchslurm.cli import main
-from torchslurm.runtime import launch
+from torchslurm.runtime import launch, runchecks
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -130,7 +130,7 @@ def test_run_flags_after_the_script_are_told_once_not_by_every_srun_task(cli: Ru
         monkeypatch.setenv(name, value)
     code, out, err = cli("run", "--dry-run", "ok.py", "--max-restarts=2")
     assert (code, err) == (0, "") and out.startswith("exec: already a rank: srun task 1 of 2"), (out, err)
-    assert launch.run_flags_after_script(["--max-restarts", "1", "--nproc=2", "--nproc", "-nproc", "--dry"]) == [
+    assert runchecks.run_flags_after_script(["--max-restarts", "1", "--nproc=2", "--nproc", "-nproc", "--dry"]) == [
         "--max-restarts", "--nproc"]
 
 
