@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from torchslurm import hostlist
 from torchslurm.errors import render
 from torchslurm.jobs.slurmoutput import NodeInfo
-from torchslurm.jobs.spec import TIME_PATTERN, JobSpec, parse_slurm_version
+from torchslurm.jobs.slurmvalues import TIME_PATTERN, parse_slurm_version
+from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 from torchslurm.severity import SEVERITIES as SEVERITIES  # re-exported: lint names them from here
 from torchslurm.severity import Severity as Severity

@@ -18,6 +18,7 @@ from typing import Any
 
 from torchslurm.configfile import read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError, below_minimum, not_one_of, shown
+from torchslurm.jobs.slurmvalues import array_problem, mem_problem, parse_time
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 
 LAUNCH_MODES = ("srun", "torchrun")
@@ -27,11 +28,6 @@ GPU_FLAGS = ("gpus-per-node", "gres")
 # because NCCL/UCX may install their own USR1 handler.
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 
-# Checked with fullmatch (`$` also matches before a final newline); [0-9], as `\d` takes any script's digits.
-_ARRAY_RE = re.compile(r"[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?")
-# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (days, then up to three numbers of at most 9 digits)
-TIME_PATTERN = re.compile(r"(?:([0-9]{1,9})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?")
-_MEM_RE = re.compile(r"[0-9]+[KMGT]?")
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HELP = "help"  # the key of a field's documentation in its dataclasses.Field.metadata, where `--help` reads it
 
@@ -159,33 +155,6 @@ def field_help(name: str) -> str:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
-
-
-def parse_time(text: str, what: str = "time") -> int:
-    """Slurm's --time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. `what` names the value in errors."""
-    m = TIME_PATTERN.fullmatch(text.strip())
-    if not m:
-        raise ConfigError(f"{what}={shown(text)} is not a Slurm time limit.",
-                          "use minutes (`90`), `H:MM:SS` (`1:30:00`) or `D-HH:MM:SS` (`1-00:00:00`).")
-    days, a, b, c = m.groups()
-    nums = [int(x) for x in (a, b, c) if x is not None]
-    if days is not None:  # D-H, D-H:M, D-H:M:S
-        h, mi, s = [*nums, 0, 0][:3]
-        return int(days) * 86400 + h * 3600 + mi * 60 + s
-    if len(nums) == 1:
-        return nums[0] * 60
-    if len(nums) == 2:
-        return nums[0] * 60 + nums[1]
-    return nums[0] * 3600 + nums[1] * 60 + nums[2]
-
-
-def parse_slurm_version(text: str) -> tuple[int, int]:
-    """`slurm-wlm 22.05.8`, `slurm 23.11.1` or `22.05` -> (22, 5)."""
-    m = re.search(r"([0-9]{1,9})\.([0-9]{1,9})", text)
-    if not m:
-        raise ConfigError(f"slurm version {shown(text)} has no MAJOR.MINOR.",
-                          "pass what `sbatch --version` prints, e.g. `slurm 22.05.8`.")
-    return int(m.group(1)), int(m.group(2))
 
 
 def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
@@ -335,14 +304,8 @@ def _choice_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError | None
             parse_time(spec.time, sp.name("time"))
         except ConfigError as exc:
             yield exc
-    if spec.mem is not None and not _MEM_RE.fullmatch(spec.mem):
-        yield ConfigError(f"{sp.name('mem')}={shown(spec.mem)} is not a Slurm memory size.",
-                          f"write e.g. {sp.setting('mem', '32G')} (a number with optional K, M, G or T; 0 means all "
-                          "memory of the node).")
-    if spec.array is not None and not _ARRAY_RE.fullmatch(spec.array):
-        examples = [sp.setting("array", a) for a in ("0-9", "1,3,5", "0-15%4")]
-        yield ConfigError(f"{sp.name('array')}={shown(spec.array)} is not a Slurm array range.",
-                          f"write e.g. {examples[0]}, {examples[1]} or {examples[2]}.")
+    yield None if spec.mem is None else mem_problem(spec.mem, sp)
+    yield None if spec.array is None else array_problem(spec.array, sp)
 
 
 def _range_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError]:

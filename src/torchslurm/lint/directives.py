@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from torchslurm.errors import ConfigError
-from torchslurm.jobs.spec import parse_time
+from torchslurm.jobs.slurmvalues import parse_time
 from torchslurm.lint.allocation import leading_int
 from torchslurm.lint.options import SBATCH, long_matches
 from torchslurm.lint.parse import Script

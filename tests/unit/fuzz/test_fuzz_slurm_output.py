@@ -21,7 +21,7 @@ from torchslurm.jobs.slurmoutput import (
     parse_squeue,
     status_from_scontrol,
 )
-from torchslurm.jobs.spec import parse_slurm_version, parse_time
+from torchslurm.jobs.slurmvalues import parse_slurm_version, parse_time
 from torchslurm.runtime.distenv import detect
 from torchslurm.runtime.variables import whole_number
 

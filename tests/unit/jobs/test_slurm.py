@@ -22,7 +22,7 @@ from torchslurm.jobs.slurmoutput import (
     parse_scontrol,
     status_from_scontrol,
 )
-from torchslurm.jobs.spec import parse_slurm_version
+from torchslurm.jobs.slurmvalues import parse_slurm_version
 
 WithoutTorch = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -16,20 +16,10 @@ from torchslurm.jobs.spec import (
     from_mapping,
     load,
     normalised,
-    parse_slurm_version,
-    parse_time,
     problems,
     spec_json,
 )
 from torchslurm.jobs.spelling import command_line
-
-
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("90", 5400), ("0:30", 30), ("1:30:00", 5400), ("2-00", 172800), ("1-02:03", 93780),
-    ("1-02:03:04", 93784), ("0-04:00:00", 14400),
-])
-def test_parse_time(text: str, seconds: int) -> None:
-    assert parse_time(text) == seconds
 
 
 def test_bad_time_says_formats() -> None:
@@ -90,11 +80,6 @@ def test_slurm_values_take_ascii_digits_only(field: str, value: str) -> None:
     """Other scripts' digits pass `\\d` and int(), not Slurm; 5000 digits passed `\\d+` and broke int()."""
     with pytest.raises(ConfigError, match=rf"^{field}=.* (is not a Slurm|contains).*HINT"):
         JobSpec(script="t.py", **{field: value})  # type: ignore[arg-type]
-
-
-def test_a_slurm_version_with_other_digits_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"has no MAJOR.MINOR"):
-        parse_slurm_version("slurm ٢٢.٠٥")
 
 
 def test_nproc_only_in_torchrun_mode() -> None:
@@ -231,14 +216,6 @@ def test_every_field_has_help_for_the_command_line() -> None:
     assert all(len(field_help(name)) > 10 for name in field_names())
 
 
-@pytest.mark.parametrize(("text", "version"), [("slurm-wlm 22.05.8", (22, 5)), ("slurm 23.11.1", (23, 11)),
-                                               ("22.05", (22, 5))])
-def test_slurm_version_as_sbatch_prints_it(text: str, version: tuple[int, int]) -> None:
-    assert parse_slurm_version(text) == version
-    with pytest.raises(ConfigError, match=r"slurm version 'slurm' has no MAJOR\.MINOR\. HINT: pass what"):
-        parse_slurm_version("slurm")
-
-
 # -- every refusal's whole text, in a spec file's words and in the command line's ---------------------
 
 @pytest.mark.parametrize(("given", "in_a_file", "as_flags"), [
@@ -299,21 +276,6 @@ def test_env_that_is_not_a_mapping_is_refused_with_an_example() -> None:
     with pytest.raises(ConfigError) as raised:
         JobSpec(script="t.py", env=["A=1"])  # type: ignore[arg-type]
     assert str(raised.value) == "env=['A=1'] is not a mapping. HINT: write env: {NCCL_DEBUG: INFO}."
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("2:30", 150), ("1:02:03", 3723), ("3-4:05", 273900)])
-def test_parse_time_reads_every_place_of_a_time(text: str, seconds: int) -> None:
-    assert parse_time(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", " ", "-", "1-", "-5", "1:2:3:4"])
-def test_parse_time_refuses_what_is_not_a_time_naming_the_value(text: str) -> None:
-    with pytest.raises(ConfigError) as raised:
-        parse_time(text)
-    assert str(raised.value) == (f"time={text!r} is not a Slurm time limit. HINT: use minutes (`90`), `H:MM:SS` "
-                                 "(`1:30:00`) or `D-HH:MM:SS` (`1-00:00:00`).")
-    with pytest.raises(ConfigError, match=rf"^--time={text!r} is not"):
-        parse_time(text, "--time")
 
 
 def test_from_mapping_names_its_source_and_the_command_in_what_it_refuses() -> None:
