@@ -2,7 +2,8 @@
 
 No torch: it starts in milliseconds. PROBE_SLEEP_S (env) sets how long it stays up at most;
 PROBE_AFTER_SIGNAL_S ends it that many seconds after the first signal it reports, and PROBE_STOP_FILE
-as soon as that file exists (a test that has seen what it needed lets the job end at once).
+as soon as that file exists (a test that has seen what it needed lets the job end at once). PROBE_WRAPPED
+is said back when set (by a wrapper in the job's python command).
 """
 
 import json
@@ -28,6 +29,8 @@ for sig in (signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(sig, on_signal)
 print(f"rank {rank} of {world} on {socket.gethostname()} pid {os.getpid()} argv={json.dumps(sys.argv[1:])}\n",
       end="", flush=True)
+if "PROBE_WRAPPED" in os.environ:  # set by the job's python command (`env PROBE_WRAPPED=... python`)
+    print(f"rank {rank} wrapped={os.environ['PROBE_WRAPPED']}\n", end="", flush=True)
 deadline = time.monotonic() + float(os.environ.get("PROBE_SLEEP_S", "0"))
 after_signal = float(os.environ.get("PROBE_AFTER_SIGNAL_S", "inf"))
 stop_file = os.environ.get("PROBE_STOP_FILE")

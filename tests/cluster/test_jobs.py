@@ -145,6 +145,19 @@ def test_hostile_values_reach_slurm_and_python_as_data(cluster: Cluster) -> None
     assert not list(cluster.job_dir.rglob("pwned")) and not Path("pwned").exists()
 
 
+@pytest.mark.parametrize("launch", ["srun", "torchrun"])
+def test_a_python_command_of_several_words_runs_every_rank_through_it(cluster: Cluster, launch: str) -> None:
+    """python as a container's command (`apptainer exec --nv image.sif python`), here `env VAR='a b' python`:
+    each word reaches srun (or torchrun's agent) as one argument, quoted, on both nodes."""
+    layout = {"nproc_per_node": 1} if launch == "torchrun" else {"tasks_per_node": 1}
+    job = submit(JobSpec(script=str(PROBE), name=f"wrapped-{launch}", nodes=2, launch=launch, time="5",
+                         python=f"env 'PROBE_WRAPPED=in a container' {cluster.python}", **layout),  # type: ignore[arg-type]
+                 run_dir=cluster.job_dir, client=SlurmClient(environ=cluster.environ))
+    cluster.job_ids.append(job.id)
+    assert job.wait(timeout_s=90, poll_s=0.2).state == "COMPLETED", job.logs()
+    assert sorted(re.findall(r"rank (\d) wrapped=in a container\n", job.logs())) == ["0", "1"], job.logs()
+
+
 def test_torchrun_mode_signal_reaches_workers_not_agent(cluster: Cluster) -> None:
     """--signal without B: reaches the workers under torchrun; the agent ignores it and lives on."""
     job = submit(JobSpec(script=str(PROBE), name="trsig", nodes=2, launch="torchrun", nproc_per_node=2,

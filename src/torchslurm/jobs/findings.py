@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from torchslurm import hostlist
-from torchslurm.errors import render
+from torchslurm.errors import render, shown
+from torchslurm.jobs.interpreter import container_without_gpus, with_gpus
 from torchslurm.jobs.slurmoutput import NodeInfo
 from torchslurm.jobs.slurmvalues import TIME_PATTERN, parse_slurm_version
 from torchslurm.jobs.spec import JobSpec
@@ -57,7 +58,7 @@ def validate(spec: JobSpec, slurm_version: str | tuple[int, int] | None = None,
     version = parse_slurm_version(slurm_version) if isinstance(slurm_version, str) else slurm_version
     return by_severity([*_check_layout(spec, spelling), *_check_backend(spec, spelling),
                         *_check_preemption(spec, spelling), *_check_gpu_flag(spec, version, spelling),
-                        *_check_time(spec, spelling),
+                        *_check_time(spec, spelling), *_check_container(spec, spelling),
                         *_summaries(spec, spelling)])
 
 
@@ -182,6 +183,16 @@ def _check_time(spec: JobSpec, sp: Spelling) -> list[Finding]:
                                                                                          "hours:minutes:seconds")
     return [Finding("info", "time-read-as", f"{sp.given('time', spec.time)} is read as {form}, with the overflow "
                     f"carried: a limit of {read}.", f"write {sp.setting('time', read)} if that is what you mean")]
+
+
+def _check_container(spec: JobSpec, sp: Spelling) -> list[Finding]:
+    runtime = container_without_gpus(spec.python, spec.env) if spec.gpus_per_node else None
+    if runtime is None:
+        return []
+    return [Finding("error", "container-without-gpus",
+                    f"{sp.name('python')}={shown(spec.python)} runs Python in {runtime} without --nv: the container "
+                    f"sees none of the {spec.gpus_per_node} GPU(s) per node, so the ranks would find no CUDA device.",
+                    f"add --nv: {sp.setting('python', with_gpus(spec.python))} (or set APPTAINER_NV=1 in env)")]
 
 
 def _summaries(spec: JobSpec, sp: Spelling) -> list[Finding]:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from torchslurm._version import __version__
 from torchslurm.exitcodes import PREEMPTED_EXIT_CODE
+from torchslurm.jobs.interpreter import python_words
 from torchslurm.jobs.spec import JobSpec, spec_json
 from torchslurm.runtime.launch import AGENT_MODULE
 from torchslurm.runtime.ports import MAKE_JOB_SECRET, SECRET_PORT_EXPR
@@ -192,8 +193,8 @@ def _ignoring_the_warning(spec: JobSpec, name: str) -> list[str]:
 def _srun_lines(spec: JobSpec, tail: str) -> list[str]:
     # a rank importing torch or loading data has no handler yet; torchslurm.init() records the signal from
     # then on and the Trainer's handlers take it over (runtime.startsignals)
-    argv = ["srun", *_srun_options(spec), *_ignoring_the_warning(spec, "torchslurm-rank"), spec.python,
-            *_command(spec)]
+    argv = ["srun", *_srun_options(spec), *_ignoring_the_warning(spec, "torchslurm-rank"),
+            *python_words(spec.python), *_command(spec)]
     return ["# one Slurm task per rank; torchslurm.init() finds the master address and port from SLURM_*",
             " ".join([*(shlex.quote(a) for a in argv), *([tail] if tail else [])])]
 
@@ -205,7 +206,8 @@ def _torchrun_lines(spec: JobSpec, tail: str) -> list[str]:
     # signal (the workers inherit that until torchslurm.init() and the Trainer handle it)
     wrap = _ignoring_the_warning(spec, "torchrun-agent")
     # torchrun's agent, quiet after a stop on request: no traceback when Slurm's SIGTERM reaches it
-    agent = [spec.python, "-m", AGENT_MODULE, f"--nproc-per-node={spec.ranks_per_node}", "--rdzv-backend=c10d"]
+    agent = [*python_words(spec.python), "-m", AGENT_MODULE, f"--nproc-per-node={spec.ranks_per_node}",
+             "--rdzv-backend=c10d"]
     if spec.max_restarts:
         agent.append(f"--max-restarts={spec.max_restarts}")
     return [

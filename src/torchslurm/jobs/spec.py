@@ -18,6 +18,7 @@ from typing import Any
 
 from torchslurm.configfile import read_mapping, unknown_keys_error
 from torchslurm.errors import ConfigError, below_minimum, not_one_of, shown
+from torchslurm.jobs.interpreter import python_problem
 from torchslurm.jobs.slurmvalues import array_problem, mem_problem, parse_time
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 
@@ -96,7 +97,8 @@ class JobSpec:
     array: str | None = field(default=None, metadata=_help(
         "Job array indexes for sweeps (`--array`), e.g. `0-9%2`."))
     python: str = field(default="python", metadata=_help(
-        "Python interpreter on the compute nodes (a path for a venv, or `python` from PATH)."))
+        "The command that runs Python on the compute nodes: `python` from PATH, a venv's interpreter, or "
+        "Python in a container (`apptainer exec --nv image.sif python`)."))
     gpu_flag: str = field(default="gpus-per-node", metadata=_help(
         "How GPUs are requested: `gpus-per-node` (Slurm >= 19.05) or `gres` (`--gres=gpu:N`)."))
     batch_size: int | None = field(default=None, metadata=_help(
@@ -341,13 +343,10 @@ def _text_problems(spec: JobSpec, sp: Spelling) -> Iterator[ConfigError | None]:
     if "/" in spec.name:
         yield ConfigError(f"{sp.name('name')}={shown(spec.name)} contains '/'; Slurm puts the name into log file names "
                           "(%x).", f"use a name without '/', e.g. {shown(spec.name.replace('/', '-'))}.")
-    for name in ("script", "python"):
-        value = getattr(spec, name)
-        if value.startswith("-"):
-            # srun would read `python` as one of its options, python would read `script` as one of its own
-            # (`-c CODE` runs the next argument as code)
-            yield ConfigError(f"{sp.name(name)}={shown(value)} starts with '-', so it would be read as an option, not "
-                              f"a path.", f"write it as a path: {sp.setting(name, './' + value)}.")
+    if spec.script.startswith("-"):  # python would read it as one of its options (`-c CODE` runs code)
+        yield ConfigError(f"{sp.name('script')}={shown(spec.script)} starts with '-', so it would be read as an "
+                          f"option, not a path.", f"write it as a path: {sp.setting('script', './' + spec.script)}.")
+    yield python_problem(spec.python, sp)  # srun would read a leading '-' as one of its options
     for name in ("script", "name", "python", "output"):
         if not getattr(spec, name).strip():
             yield ConfigError(f"{sp.name(name)} is empty.", f"give a value for {sp.name(name)}.")

@@ -8,8 +8,12 @@ Python API and spec files get `gpus_per_node=4` / `set gpus_per_node: 4`, the co
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+_SPLIT_OR_EXPANDED = re.compile(r"[\s'$`\\;&|<>()*?\[\]{}!#~]")
 
 
 @dataclass(frozen=True)
@@ -29,10 +33,11 @@ class Spelling:
         return f"{self.name(field)}={_text(value)}"
 
     def setting(self, field: str, value: object) -> str:
-        """How to set it: `tasks_per_node: 4`, `requeue: true`; `--tasks-per-node 4`, `--requeue` for a flag."""
+        """How to set it: `tasks_per_node: 4`, `requeue: true`; `--tasks-per-node 4`, `--requeue` for a flag
+        (its value quoted as a shell needs it: `--python 'apptainer exec --nv image.sif python'`)."""
         if field not in self.flags:
             return f"{field}: {_text(value)}"
-        return flag(field, value) if isinstance(value, bool) else f"{flag(field)} {_text(value)}"
+        return flag(field, value) if isinstance(value, bool) else f"{flag(field)} {_shell_word(_text(value))}"
 
 
 SPEC_FILE = Spelling()
@@ -52,3 +57,9 @@ def flag(field: str, value: object = True) -> str:
 def _text(value: object) -> str:
     """A value as a spec file writes it (YAML's true/false)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _shell_word(text: str) -> str:
+    """`text` as one word of a command line: quoted where a shell would split or expand it (a template
+    such as `"..."` stays as it is)."""
+    return shlex.quote(text) if _SPLIT_OR_EXPANDED.search(text) or not text else text

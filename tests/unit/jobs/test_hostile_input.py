@@ -11,6 +11,7 @@ ConfigError instead.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,8 +60,11 @@ def specs(draw: st.DrawFn) -> JobSpec:
         return JobSpec(**kwargs)  # type: ignore[arg-type]
     except ConfigError as exc:
         bad = [v for v in _values(kwargs) if any(c in v for c in "\n\r\0") or not _utf8(v)]
-        leading_dash = str(kwargs["script"]).startswith("-") or str(kwargs["python"]).startswith("-")
-        assert bad or leading_dash or "/" in str(kwargs["name"]) or "is empty" in str(exc), f"rejected: {exc}"
+        words = _words(str(kwargs["python"]))  # None: a quote left open
+        no_program = words is None or (str(kwargs["python"]).strip() != "" and not (words and words[0]))
+        leading_dash = str(kwargs["script"]).startswith("-") or bool(words and words[0].startswith("-"))
+        assert bad or no_program or leading_dash or "/" in str(kwargs["name"]) or "is empty" in str(exc), \
+            f"rejected: {exc}"
         assert "HINT:" in str(exc)
         raise _Rejected from exc
 
@@ -89,6 +93,13 @@ def _values(kwargs: dict[str, object]) -> list[str]:
     return out
 
 
+def _words(command: str) -> list[str] | None:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return None
+
+
 def expected_argv(spec: JobSpec) -> list[str]:
     argv = ["--quiet", "--kill-on-bad-exit=1"]
     if spec.per_rank_output:
@@ -99,12 +110,12 @@ def expected_argv(spec: JobSpec) -> list[str]:
     if spec.launch == "srun":
         if spec.preemptible and spec.signal != "TERM":
             argv += ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchslurm-rank"]
-        return [*argv, spec.python, spec.script, *spec.args]
+        return [*argv, *shlex.split(spec.python), spec.script, *spec.args]
     argv += ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
     if spec.preemptible and spec.signal != "TERM":
         argv += ["bash", "-c", f'trap "" {spec.signal}; exec "$@"', "torchrun-agent"]
     port = 10000 + int(SECRET[:8], 16) % 22768
-    return [*argv, spec.python, "-m", AGENT_MODULE, "--nproc-per-node=2", "--rdzv-backend=c10d",
+    return [*argv, *shlex.split(spec.python), "-m", AGENT_MODULE, "--nproc-per-node=2", "--rdzv-backend=c10d",
             "--nnodes=2", f"--rdzv-endpoint=node1:{port}", "--rdzv-id=42", spec.script, *spec.args]
 
 

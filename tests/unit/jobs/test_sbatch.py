@@ -66,6 +66,17 @@ def test_srun_mode_one_task_per_gpu() -> None:
     assert "srun --quiet --kill-on-bad-exit=1 --label python t.py" in render(JobSpec(script="t.py"))
 
 
+def test_a_containers_python_command_is_rendered_word_by_word_in_both_modes() -> None:
+    python = "apptainer exec --nv -B /data '/images/my image.sif' python3"
+    srun = render(JobSpec(script="t.py", nodes=2, gpus_per_node=4, python=python, preemptible=False))
+    assert ("srun --quiet --kill-on-bad-exit=1 --label apptainer exec --nv -B /data '/images/my image.sif' python3 "
+            "t.py || status=$?") in srun
+    torchrun = render(JobSpec(script="t.py", nodes=2, gpus_per_node=4, python=python, launch="torchrun",
+                              preemptible=False))
+    assert ("apptainer exec --nv -B /data '/images/my image.sif' python3 -m torchslurm.cli.agent "
+            "--nproc-per-node=4 --rdzv-backend=c10d") in torchrun
+
+
 def test_torchrun_mode_one_task_per_node() -> None:
     spec = JobSpec(script="t.py", nodes=2, gpus_per_node=4, launch="torchrun", cpus_per_task=16)
     text = render(spec)

@@ -76,8 +76,16 @@ def test_the_thread_fsyncs_the_held_files_and_the_renamed_paths_after_the_early_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     order: list[str] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: order.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
-    monkeypatch.setattr(durability, "fsync", lambda path: order.append(f"path {path}"))
+
+    def recording_fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(tmp_path)):  # a thread another test left running syncs its own files
+            order.append(path)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    mine = (tmp_path, tmp_path.parent)
+    monkeypatch.setattr(durability, "fsync", lambda path: order.append(f"path {path}") if path in mine else None)
 
     class Writeback:
         def join(self) -> None:
