@@ -10,7 +10,7 @@ GPU job would run its ranks on the CPU or fail to find NCCL's devices.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchslurm.errors import ConfigError, shown
@@ -18,7 +18,7 @@ from torchslurm.jobs.spelling import Spelling
 
 GPU_RUNTIMES = ("apptainer", "singularity")
 GPU_FLAGS = ("--nv", "--nvccli")
-GPU_VARIABLES = ("APPTAINER_NV", "SINGULARITY_NV")  # Apptainer reads both; SingularityCE the second
+GPU_VARIABLES = frozenset({"APPTAINER_NV", "SINGULARITY_NV"})  # Apptainer reads both; SingularityCE the second
 EXAMPLE = "apptainer exec --nv image.sif python"
 
 
@@ -54,19 +54,34 @@ def container_without_gpus(python: str, env: Mapping[str, str]) -> str | None:
         words = shlex.split(python)
     except ValueError:
         return None
-    runtime = Path(words[0]).name if words else ""
-    if runtime not in GPU_RUNTIMES or not {"exec", "run"} & set(words[1:]):
+    return runtime_without_gpus(words, any(_set(env.get(name)) for name in GPU_VARIABLES))
+
+
+def runtime_without_gpus(words: Sequence[str], variable_set: bool = False) -> str | None:
+    """The Apptainer/Singularity that a command's words run a program in (`apptainer exec IMAGE CMD`,
+    after a wrapper or srun's options too) with no --nv or --nvccli, unless `variable_set` (APPTAINER_NV or
+    SINGULARITY_NV is set for it); else None."""
+    at = _subcommand(words)
+    if at is None or variable_set or any(word in GPU_FLAGS for word in words[at + 1:]):
         return None
-    if any(word in GPU_FLAGS for word in words) or any(_set(env.get(name)) for name in GPU_VARIABLES):
-        return None
-    return runtime
+    return next(Path(word).name for word in reversed(words[:at]) if Path(word).name in GPU_RUNTIMES)
 
 
 def with_gpus(python: str) -> str:
     """`python` with --nv after the runtime's subcommand (`apptainer exec --nv image.sif python`)."""
     words = shlex.split(python)
-    at = next(i for i, word in enumerate(words) if i > 0 and word in ("exec", "run")) + 1
+    at = (_subcommand(words) or 0) + 1
     return shlex.join([*words[:at], "--nv", *words[at:]])
+
+
+def _subcommand(words: Sequence[str]) -> int | None:
+    """Where `exec` or `run` of the first Apptainer/Singularity in `words` is (after its global options:
+    `apptainer --quiet exec`), or None."""
+    for i, word in enumerate(words):
+        if Path(word).name in GPU_RUNTIMES:
+            at = next((j for j in range(i + 1, len(words)) if not words[j].startswith("-")), None)
+            return at if at is not None and words[at] in ("exec", "run") else None
+    return None
 
 
 def _set(value: str | None) -> bool:

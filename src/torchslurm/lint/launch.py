@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from torchslurm.jobs.interpreter import GPU_VARIABLES, runtime_without_gpus
 from torchslurm.lint.allocation import leading_int, step_tasks_per_node
 from torchslurm.lint.rule import Facts, Flag, rule
 
@@ -139,3 +140,21 @@ def srun_cpus_per_task(x: Facts) -> Iterator[Flag]:
                        "crawls (older Slurm inherits it).",
                        "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun, or srun -c "
                        "$SLURM_CPUS_PER_TASK ...", ln.line)
+
+
+@rule("container-without-gpus", ("error",),
+      "a GPU job's training runs in `apptainer`/`singularity exec` without `--nv` (nor `APPTAINER_NV`): the "
+      "container sees no GPU.")
+def container_without_gpus(x: Facts) -> Iterator[Flag]:
+    """Apptainer and Singularity pass the host's NVIDIA devices and driver into the container only with --nv
+    (or --nvccli); without it torch.cuda.is_available() is False inside, and NCCL finds no device."""
+    gpus = x.allocation.gpus_per_node
+    if not gpus:
+        return
+    for ln in x.script.launches:
+        variable_set = bool(GPU_VARIABLES & (x.script.exported | ln.env))
+        runtime = runtime_without_gpus(ln.words, variable_set)
+        if runtime is not None:
+            yield Flag("error", f"the training runs in {runtime} without --nv: the container sees none of the "
+                       f"{gpus} GPU(s) per node, so the ranks find no CUDA device (or train on the CPU).",
+                       f"{runtime} exec --nv IMAGE ... (or export APPTAINER_NV=1 before srun)", ln.line)

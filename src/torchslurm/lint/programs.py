@@ -66,6 +66,7 @@ _SINGULARITY_FLAGS = frozenset({
     "fakeroot", "f", "no-home", "no-privs", "keep-privs", "userns", "u", "pid", "p", "ipc", "i", "net", "n", "uts",
     "compat", "no-init", "no-nv", "no-eval", "disable-cache", "no-https", "allow-setuid", "no-umask", "sharens",
 })
+_SINGULARITY_GLOBAL_FLAGS = frozenset({"d", "debug", "nocolor", "q", "quiet", "s", "silent", "v", "verbose"})
 _ENROOT_FLAGS = frozenset({"root", "r", "rw", "w"})
 
 
@@ -91,8 +92,11 @@ def unwrap(words: list[str]) -> list[str] | None:
         while rest and rest[0].startswith("-"):
             rest = rest[1:]
         return rest[1:]
-    if name in ("apptainer", "singularity") and len(words) > 1 and words[1] in ("exec", "run"):
-        return _after_options(words[2:], _SINGULARITY_FLAGS)[1:]  # the image, then the command
+    if name in ("apptainer", "singularity"):
+        rest = _after_options(words[1:], _SINGULARITY_GLOBAL_FLAGS)  # `apptainer --quiet exec ...`
+        if rest[:1] in (["exec"], ["run"]):
+            return _after_options(rest[1:], _SINGULARITY_FLAGS)[1:]  # the image, then the command
+        return None
     if name == "enroot" and len(words) > 1 and words[1] in ("start", "exec"):
         return _after_options(words[2:], _ENROOT_FLAGS)[1:]
     return None

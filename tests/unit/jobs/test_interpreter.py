@@ -60,7 +60,9 @@ def test_a_command_that_cannot_start_python_is_refused_whole(python: str, sp: ob
     ("singularity exec image.sif python", {"SINGULARITY_NV": "true"}, None),
     ("apptainer shell image.sif", {}, None),  # not a command that runs python
     ("python", {}, None),
-    ("env A=1 apptainer exec image.sif python", {}, None),  # not the first word: lint's business
+    ("env A=1 apptainer exec image.sif python", {}, "apptainer"),  # after a wrapper too
+    ("apptainer exec python", {}, "apptainer"),  # (no image: apptainer's own error)
+    ("exec apptainer", {}, None),
     ("apptainer exec 'image.sif", {}, None),  # refused as unreadable anyway
     ("", {}, None),
 ])

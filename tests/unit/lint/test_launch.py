@@ -169,3 +169,28 @@ def test_ntasks_over_nodes_in_the_directives_counts_the_fullest_node_against_the
     text = "#!/bin/bash\n#SBATCH --nodes=2 --gpus=8\nsrun -K python t.py\n"
     (found,) = [f for f in lint(text) if f.code == "tasks-vs-gpus"]
     assert found.message == "line 3: srun runs one rank per task: 1 task(s) per node but 4 GPU(s) per node."
+
+
+@pytest.mark.parametrize(("lines", "flagged"), [
+    ("srun -K apptainer exec img.sif python t.py\n", "apptainer"),
+    ("srun -K /usr/bin/singularity --quiet exec -B /d img.sif python t.py\n", "singularity"),
+    ("srun -K env A=1 apptainer exec img.sif torchrun --nproc-per-node=4 t.py\n", "apptainer"),
+    ("srun -K apptainer exec --nv img.sif python t.py\n", None),
+    ("srun -K apptainer exec --nvccli img.sif python t.py\n", None),
+    ("export APPTAINER_NV=1\nsrun -K apptainer exec img.sif python t.py\n", None),
+    ("SINGULARITY_NV=1 srun -K singularity exec img.sif python t.py\n", None),
+    ("srun -K python t.py\n", None),
+])
+def test_a_gpu_jobs_training_in_a_container_needs_nv(lines: str, flagged: str | None) -> None:
+    found = [f for f in lint("#!/bin/bash\n#SBATCH --nodes=1 --ntasks-per-node=4 --gpus-per-node=4\n" + lines)
+             if f.code == "container-without-gpus"]
+    assert [(f.severity, f.message, f.hint) for f in found] == ([] if flagged is None else [(
+        "error", f"line {lines.count(chr(10)) + 2}: the training runs in {flagged} without --nv: the container sees "
+        "none of the 4 GPU(s) per node, so the ranks find no CUDA device (or train on the CPU).",
+        f"{flagged} exec --nv IMAGE ... (or export APPTAINER_NV=1 before srun)")])
+
+
+def test_a_cpu_job_in_a_container_needs_no_nv() -> None:
+    script = "#!/bin/bash\n#SBATCH --nodes=1 --ntasks=2\nsrun -K apptainer exec img.sif python t.py\n"
+    assert not [f for f in lint(script) if f.code == "container-without-gpus"]
+

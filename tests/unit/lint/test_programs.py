@@ -45,4 +45,9 @@ def test_a_launchers_options_end_at_the_training_script() -> None:
 def test_wrappers_are_seen_through() -> None:
     assert unwrap(["env", "A=1", "python", "t.py"]) == ["python", "t.py"]
     assert unwrap(["apptainer", "exec", "--nv", "img.sif", "python", "t.py"]) == ["python", "t.py"]
+    # apptainer's global options come before its subcommand: --quiet, -s, ...
+    assert unwrap(["/usr/bin/singularity", "--quiet", "-s", "exec", "-B", "/d", "img.sif", "python", "t.py"]) == [
+        "python", "t.py"]
+    assert unwrap(["apptainer", "--quiet", "shell", "img.sif"]) is None
+    assert unwrap(["apptainer", "build", "img.sif", "def"]) is None
     assert unwrap(["python", "t.py"]) is None

@@ -96,6 +96,8 @@ CASES: dict[str, tuple[str, str]] = {
     "srun-cpus-per-task": (H + "#SBATCH -c 8\nsrun python t.py\n",
                            H + "#SBATCH -c 8\nexport SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\nsrun python t.py\n"),
     "bash-syntax": (H + "#SBATCH -N 1\nif then\n", H + "#SBATCH -N 1\nsrun python t.py\n"),
+    "container-without-gpus": (H + "#SBATCH --gpus-per-node=1\nsrun -K apptainer exec i.sif python t.py\n",
+                               H + "#SBATCH --gpus-per-node=1\nsrun -K apptainer exec --nv i.sif python t.py\n"),
 }
 
 

@@ -33,4 +33,4 @@ def test_rules_in_takes_each_modules_own_rules_in_order_not_the_ones_it_imports(
     module.imported = launch.tasks_vs_gpus  # type: ignore[attr-defined]
     assert rules_in(module) == ()
     codes = [r.code for r in rules_in(launch)]
-    assert codes[:2] == ["deprecated-launch", "python-without-srun"] and len(codes) == 9
+    assert codes[:2] == ["deprecated-launch", "python-without-srun"] and len(codes) == 10
