@@ -99,9 +99,9 @@ SHARDS = {
                     ("tests/unit/train/test_diagnosis.py", "tests/unit/train/test_badnodes.py",
                      "tests/unit/train/test_stragglers.py"),
                     "who is at fault: a failed collective's root cause, the nodes a requeue excludes, stragglers"),
-    "train": Shard(("train/requeue", "train/preemption", "train/metrics"),
+    "train": Shard(("train/requeue", "train/preemption", "train/stopagreement", "train/metrics"),
                    ("tests/unit/train/test_requeue.py", "tests/unit/train/test_preemption.py",
-                    "tests/unit/train/test_metrics.py"),
+                    "tests/unit/train/test_stopagreement.py", "tests/unit/train/test_metrics.py"),
                    "requeue, preemption and metrics", forkserver=True),
 }
 

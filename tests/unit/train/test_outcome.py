@@ -12,7 +12,8 @@ import pytest
 from torchslurm.errors import CheckpointError
 from torchslurm.jobs.sweepstate import OUTCOME_FILE, Outcome, read_outcome
 from torchslurm.train.outcome import RunOutcome, one_line, requeued, write
-from torchslurm.train.preemption import Preemption, PreemptionConfig, StopRequest
+from torchslurm.train.preemption import Preemption, PreemptionConfig
+from torchslurm.train.stopagreement import StopRequest
 
 
 class Clock:

@@ -10,24 +10,16 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
 from tests.unit.train.conftest import Recorder
+from tests.unit.train.fakepeers import Peers
 
 from torchslurm.errors import ConfigError
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE
 from torchslurm.runtime.launch import FINISHED_VARIABLE
-from torchslurm.train.preemption import (
-    MAX_CHECK_EVERY,
-    PREEMPTED_EXIT_CODE,
-    Preemption,
-    PreemptionConfig,
-    StopRequest,
-    check_interval,
-    preemption_config,
-)
+from torchslurm.train.preemption import PREEMPTED_EXIT_CODE, Preemption, PreemptionConfig, preemption_config
+from torchslurm.train.stopagreement import StopRequest
 
 
 @pytest.fixture(autouse=True)
@@ -61,32 +53,13 @@ def test_config_from_environ_and_validation() -> None:
         preemption_config({"TORCHSLURM_CHECK_PERIOD_S": "-1"})
 
 
-@pytest.mark.parametrize(("step_s", "period_s", "minimum", "expected"), [
-    (None, 0.2, 1, 1),       # step time not known yet
-    (0.01, 0.2, 1, 20),      # 10 ms steps: one check per 20 steps
-    (0.5, 0.2, 1, 1),        # slow steps: every step
-    (0.01, 0.2, 50, 50),     # never below check_every
-    (0.01, 0.0, 3, 3),       # period 0: every check_every steps
-    (0.0, 0.2, 1, MAX_CHECK_EVERY), (1e-6, 0.2, 1, MAX_CHECK_EVERY),
-])
-def test_check_interval_aims_at_the_period(step_s: float | None, period_s: float, minimum: int,
-                                           expected: int) -> None:
-    assert check_interval(step_s, period_s, minimum) == expected
+def test_a_bad_signal_or_requeue_budget_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"signal='KILL' is not one of USR1, USR2, TERM, INT, HUP, URG\. HINT: USR2"):
         PreemptionConfig(signal="KILL")
     with pytest.raises(ConfigError, match=r"TORCHSLURM_MAX_REQUEUES='three' is not a number"):
         preemption_config({"TORCHSLURM_MAX_REQUEUES": "three"})
     with pytest.raises(ConfigError, match=r"^max_requeues=-1 must be at least 0\. HINT: 0 disables requeue"):
         PreemptionConfig(max_requeues=-1)
-
-
-def test_stop_request_reasons() -> None:
-    cfg = PreemptionConfig(grace_s=60)
-    assert not StopRequest(False, False, False).stop
-    assert StopRequest(True, True, False).describe(cfg) == "SIGUSR2 and SIGTERM"
-    assert StopRequest(False, False, True).describe(cfg) == "the deadline (60 s before the time limit)"
-    assert StopRequest(False, True, False).stop and not StopRequest(False, True, False).wants_requeue
-    assert StopRequest(False, False, True).wants_requeue
 
 
 def test_handler_only_records_and_boundary_stops() -> None:
@@ -128,7 +101,7 @@ def test_ctrl_c_stops_at_the_boundary_without_requeue_and_a_second_one_stops_at_
     with stop:
         send(stop, signal.SIGINT)
         assert stop.should_stop() and stop.request == StopRequest(False, False, False, interrupt=True)
-        assert stop.request.describe(stop.config) == "Ctrl-C (SIGINT)" and not stop.request.wants_requeue
+        assert stop.request.describe("USR2", 60) == "Ctrl-C (SIGINT)" and not stop.request.wants_requeue
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # a signal to oneself is handled before kill returns
@@ -256,12 +229,7 @@ def test_config_reads_the_node_exclusion_limit_and_asks_slurm_for_the_end_time()
     assert preemption_config({"SLURM_JOB_ID": "57"}, scontrol).end_time == datetime(2026, 11, 25, 22, 41, 3).timestamp()
 
 
-def test_a_period_of_zero_checks_every_check_every_steps_even_with_instant_steps() -> None:
-    assert check_interval(0.0, 0.0, 1) == 1
-
-
-def test_nothing_to_say_and_sigterm_as_the_warning_signal() -> None:
-    assert StopRequest(False, False, False).describe(PreemptionConfig()) == "nothing"
+def test_sigterm_as_the_warning_signal_is_the_warning() -> None:
     stop = Preemption(PreemptionConfig(signal="TERM"), environ={})
     with stop:
         send(stop, signal.SIGTERM)
@@ -414,144 +382,10 @@ def test_after_a_node_failure_the_job_is_requeued_without_the_node(caplog: pytes
     assert [c[:2] for c in only_two.calls][-1] == ["scontrol", "requeue"]  # node[3-4] are out already: no third
 
 
-class _Peers:
-    """torch.distributed as this rank sees a group of two: its all_reduce(MAX) merges the peer's flags. `log`
-    says each all_reduce and each wait for one, in order."""
-
-    ReduceOp = torch.distributed.ReduceOp
-
-    def __init__(self, rank: int, peer: list[int], backend: str = "gloo") -> None:
-        self.rank, self.peer, self.backend = rank, peer, backend
-        self.reduced: list[tuple[list[int], object, bool, torch.dtype, str]] = []
-        self.tensors: list[torch.Tensor] = []
-        self.log: list[str] = []
-        self.waits = self.barriers = 0
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        for name in ("is_available", "is_initialized", "get_world_size", "get_rank", "get_backend", "all_reduce",
-                     "barrier"):
-            monkeypatch.setattr(torch.distributed, name, getattr(self, name))
-
-    def is_available(self) -> bool:
-        return True
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def get_world_size(self) -> int:
-        return 2
-
-    def get_rank(self) -> int:
-        return self.rank
-
-    def get_backend(self) -> str:
-        return self.backend
-
-    def barrier(self) -> None:
-        self.barriers += 1
-
-    def all_reduce(self, tensor: torch.Tensor, op: object = None, async_op: bool = False) -> Any:
-        self.reduced.append((tensor.tolist(), op, async_op, tensor.dtype, tensor.device.type))
-        self.tensors.append(tensor)
-        self.log.append("all_reduce")
-        tensor[:] = torch.maximum(tensor, torch.tensor(self.peer, dtype=tensor.dtype))
-        peers = self
-
-        class Work:
-            def wait(self) -> None:
-                peers.waits += 1
-                peers.log.append("wait for the all_reduce")
-
-        return Work()
-
-
-class _Cuda:
-    """What an NCCL rank asks of torch.cuda, played on the CPU: where each tensor lives (pageable memory,
-    pinned memory or device 3), and every copy and event, said in `log` in order."""
-
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-        self._placed: dict[int, tuple[torch.Tensor, str]] = {}
-
-    def where(self, tensor: torch.Tensor) -> str:
-        placed = self._placed.get(id(tensor))
-        return placed[1] if placed is not None and placed[0] is tensor else "pageable"
-
-    def _place(self, tensor: torch.Tensor, where: str) -> torch.Tensor:
-        self._placed[id(tensor)] = (tensor, where)
-        return tensor
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        empty, copy, log = torch.empty, torch.Tensor.copy_, self.log
-
-        def to(tensor: torch.Tensor, device: object = None, non_blocking: object = False) -> torch.Tensor:
-            log.append(f"{self.where(tensor)} -> device {device}, non_blocking={non_blocking}")
-            return self._place(tensor.clone(), f"device {device}")
-
-        def copy_(tensor: torch.Tensor, src: torch.Tensor, non_blocking: object = False) -> torch.Tensor:
-            log.append(f"{self.where(src)} -> {self.where(tensor)}, non_blocking={non_blocking}")
-            return copy(tensor, src)
-
-        def empty_maybe_pinned(*size: Any, pin_memory: object = False, **kw: Any) -> torch.Tensor:
-            return self._place(empty(*size, **kw), "pinned" if pin_memory else "pageable")
-
-        class Event:
-            def record(self) -> None:
-                log.append("event recorded")
-
-            def synchronize(self) -> None:
-                log.append("the host waits for the event")
-
-        monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-        monkeypatch.setattr(torch.cuda, "Event", Event)
-        monkeypatch.setattr(torch, "empty", empty_maybe_pinned)
-        monkeypatch.setattr(torch.Tensor, "pin_memory", lambda tensor: self._place(tensor.clone(), "pinned"))
-        monkeypatch.setattr(torch.Tensor, "to", to)
-        monkeypatch.setattr(torch.Tensor, "copy_", copy_)
-
-
-def test_with_nccl_the_host_waits_only_for_the_flags_copied_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CUDA a blocking copy would wait for the GPU's whole queue: the flags go to the device from pinned
-    memory without blocking, the stream (not the host) waits for the all_reduce, the answer comes back into
-    pinned memory behind an event, and result() waits for that event alone. The agreed interval comes back
-    whole, even one a float32 would round (check_every has no upper bound)."""
-    from torchslurm.train.preemption import Agreement
-
-    peers = _Peers(0, [0, 1, 0, 0, 2**24 + 1], backend="nccl")
-    cuda = _Cuda(peers.log)
-    peers.install(monkeypatch)
-    cuda.install(monkeypatch)
-    agreement = Agreement(StopRequest(True, False, False), 7)
-    assert cuda.log == ["pinned -> device 3, non_blocking=True", "all_reduce", "wait for the all_reduce",
-                        "device 3 -> pinned, non_blocking=True", "event recorded"]
-    assert [cuda.where(t) for t in peers.tensors] == ["device 3"] and not agreement.ready
-    assert agreement.result() == (StopRequest(True, True, False), 2**24 + 1)
-    assert cuda.log[5:] == ["the host waits for the event"]
-
-
-@pytest.mark.parametrize(("mine", "peer", "agreed"), [
-    (StopRequest(True, False, False), [0, 1, 0, 0, 3], (StopRequest(True, True, False), 7)),
-    (StopRequest(False, False, False), [0, 0, 1, 1, 9], (StopRequest(False, False, True, True), 9)),
-    (StopRequest(False, False, False), [1, 0, 0, 0, 1], (StopRequest(True, False, False), 7)),
-])
-def test_an_agreement_is_one_max_all_reduce_of_the_flags_and_the_interval(
-        monkeypatch: pytest.MonkeyPatch, mine: StopRequest, peer: list[int],
-        agreed: tuple[StopRequest, int]) -> None:
-    from torchslurm.train.preemption import Agreement
-
-    peers = _Peers(0, peer)
-    peers.install(monkeypatch)
-    agreement = Agreement(mine, 7)
-    assert not agreement.ready and peers.waits == 0  # started, not waited for
-    flags = [int(mine.warning), int(mine.terminate), int(mine.deadline), int(mine.interrupt), 7]
-    assert peers.reduced == [(flags, torch.distributed.ReduceOp.MAX, True, torch.int32, "cpu")]
-    assert agreement.result() == agreed and peers.waits == 1
-
-
 def test_with_peers_a_stop_is_agreed_one_check_later_and_said_by_rank_0_only(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     for rank in (0, 1):
-        peers = _Peers(rank, [1, 0, 0, 0, 1])  # the peer got the warning signal
+        peers = Peers(rank, [1, 0, 0, 0, 1])  # the peer got the warning signal
         peers.install(monkeypatch)
         stop = Preemption(PreemptionConfig(), environ={}, run=Recorder())
         with caplog.at_level("INFO", logger="torchslurm.train.preemption"):
@@ -571,7 +405,7 @@ def test_with_peers_each_rank_proposes_the_steps_that_make_the_check_period(
         monkeypatch: pytest.MonkeyPatch, check_every: int, times: list[float], proposals: list[int]) -> None:
     from torchslurm.train import preemption
 
-    peers = _Peers(0, [0, 0, 0, 0, 0])  # the peer proposes nothing larger
+    peers = Peers(0, [0, 0, 0, 0, 0])  # the peer proposes nothing larger
     peers.install(monkeypatch)
     clock, real, here = iter(times), preemption.time.monotonic, threading.get_ident()
     # time is the module every thread uses: a thread left running by another test reads the real clock
