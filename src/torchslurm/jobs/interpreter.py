@@ -16,9 +16,9 @@ from pathlib import Path
 from torchslurm.errors import ConfigError, shown
 from torchslurm.jobs.spelling import Spelling
 
-GPU_RUNTIMES = ("apptainer", "singularity")
-GPU_FLAGS = ("--nv", "--nvccli")
-GPU_VARIABLES = frozenset({"APPTAINER_NV", "SINGULARITY_NV"})  # Apptainer reads both; SingularityCE the second
+CONTAINER_RUNTIMES = ("apptainer", "singularity")
+NV_FLAGS = ("--nv", "--nvccli")
+NV_VARIABLES = frozenset({"APPTAINER_NV", "SINGULARITY_NV"})  # Apptainer reads both; SingularityCE the second
 EXAMPLE = "apptainer exec --nv image.sif python"
 
 
@@ -54,7 +54,7 @@ def container_without_gpus(python: str, env: Mapping[str, str]) -> str | None:
         words = shlex.split(python)
     except ValueError:
         return None
-    return runtime_without_gpus(words, any(_set(env.get(name)) for name in GPU_VARIABLES))
+    return runtime_without_gpus(words, any(_set(env.get(name)) for name in NV_VARIABLES))
 
 
 def runtime_without_gpus(words: Sequence[str], variable_set: bool = False) -> str | None:
@@ -62,9 +62,9 @@ def runtime_without_gpus(words: Sequence[str], variable_set: bool = False) -> st
     after a wrapper or srun's options too) with no --nv or --nvccli, unless `variable_set` (APPTAINER_NV or
     SINGULARITY_NV is set for it); else None."""
     at = _subcommand(words)
-    if at is None or variable_set or any(word in GPU_FLAGS for word in words[at + 1:]):
+    if at is None or variable_set or any(word in NV_FLAGS for word in words[at + 1:]):
         return None
-    return next(Path(word).name for word in reversed(words[:at]) if Path(word).name in GPU_RUNTIMES)
+    return next(Path(word).name for word in reversed(words[:at]) if Path(word).name in CONTAINER_RUNTIMES)
 
 
 def with_gpus(python: str) -> str:
@@ -78,7 +78,7 @@ def _subcommand(words: Sequence[str]) -> int | None:
     """Where `exec` or `run` of the first Apptainer/Singularity in `words` is (after its global options:
     `apptainer --quiet exec`), or None."""
     for i, word in enumerate(words):
-        if Path(word).name in GPU_RUNTIMES:
+        if Path(word).name in CONTAINER_RUNTIMES:
             at = next((j for j in range(i + 1, len(words)) if not words[j].startswith("-")), None)
             return at if at is not None and words[at] in ("exec", "run") else None
     return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from torchslurm.jobs.interpreter import GPU_VARIABLES, runtime_without_gpus
+from torchslurm.jobs.interpreter import NV_VARIABLES, runtime_without_gpus
 from torchslurm.lint.allocation import leading_int, step_tasks_per_node
 from torchslurm.lint.rule import Facts, Flag, rule
 
@@ -152,7 +152,7 @@ def container_without_gpus(x: Facts) -> Iterator[Flag]:
     if not gpus:
         return
     for ln in x.script.launches:
-        variable_set = bool(GPU_VARIABLES & (x.script.exported | ln.env))
+        variable_set = bool(NV_VARIABLES & (x.script.exported | ln.env))
         runtime = runtime_without_gpus(ln.words, variable_set)
         if runtime is not None:
             yield Flag("error", f"the training runs in {runtime} without --nv: the container sees none of the "
