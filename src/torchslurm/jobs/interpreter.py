@@ -68,10 +68,11 @@ def runtime_without_gpus(words: Sequence[str], variable_set: bool = False) -> st
 
 
 def with_gpus(python: str) -> str:
-    """`python` with --nv after the runtime's subcommand (`apptainer exec --nv image.sif python`)."""
+    """`python` with --nv after the runtime's subcommand (`apptainer exec --nv image.sif python`); as it is
+    without one."""
     words = shlex.split(python)
-    at = (_subcommand(words) or 0) + 1
-    return shlex.join([*words[:at], "--nv", *words[at:]])
+    at = _subcommand(words)
+    return python if at is None else shlex.join([*words[:at + 1], "--nv", *words[at + 1:]])
 
 
 def _subcommand(words: Sequence[str]) -> int | None:

@@ -8,7 +8,13 @@ import pytest
 
 from torchslurm.errors import ConfigError
 from torchslurm.jobs.findings import validate
-from torchslurm.jobs.interpreter import container_without_gpus, python_problem, python_words, with_gpus
+from torchslurm.jobs.interpreter import (
+    container_without_gpus,
+    python_problem,
+    python_words,
+    runtime_without_gpus,
+    with_gpus,
+)
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import SPEC_FILE, command_line
 
@@ -70,7 +76,24 @@ def test_a_container_runtime_without_the_gpus_is_found(python: str, env: dict[st
     assert container_without_gpus(python, env) == runtime
 
 
+@pytest.mark.parametrize(("value", "set_"), [
+    ("1", True), ("yes", True), ("true", True), (" 1 ", True),
+    ("", False), (" ", False), ("0", False), ("false", False), ("False", False), ("NO", False), ("no", False),
+])
+def test_the_variable_that_gives_the_gpus_counts_unless_it_says_no(value: str, set_: bool) -> None:
+    for name in ("APPTAINER_NV", "SINGULARITY_NV"):
+        found = container_without_gpus("apptainer exec image.sif python", {name: value})
+        assert found == (None if set_ else "apptainer")
+
+
+def test_only_the_subcommands_own_options_give_the_gpus() -> None:
+    assert runtime_without_gpus(["srun", "-K", "apptainer", "exec", "image.sif", "python"]) == "apptainer"
+    assert runtime_without_gpus(["apptainer", "exec", "image.sif", "python"], variable_set=True) is None
+    assert runtime_without_gpus(["apptainer", "--nv", "exec", "image.sif", "python"]) == "apptainer"  # not global
+
+
 def test_the_fix_puts_nv_after_the_subcommand() -> None:
+    assert with_gpus("python3") == "python3"  # no container: nothing to add
     assert with_gpus("apptainer exec -B /data image.sif python") == "apptainer exec --nv -B /data image.sif python"
     assert with_gpus("apptainer --quiet run 'my image.sif'") == "apptainer --quiet run --nv 'my image.sif'"
 
