@@ -27,3 +27,16 @@ def test_flags_for_the_fields_given_as_flags_only() -> None:
 def test_flag() -> None:
     assert (flag("grace_s"), flag("requeue", False)) == ("--grace-s", "--no-requeue")
     assert flag("requeue", True) == "--requeue"
+
+
+def test_a_flags_value_is_quoted_where_a_shell_would_split_or_expand_it() -> None:
+    sp = command_line(["python", "name", "time"])
+    assert sp.setting("python", "apptainer exec --nv image.sif python") == (
+        "--python 'apptainer exec --nv image.sif python'")
+    assert sp.setting("name", "it's") == "--name 'it'\"'\"'s'"
+    assert [sp.setting("name", v) for v in ("$HOME", "a;b", "x*", "~u", "#1", "")] == [
+        "--name '$HOME'", "--name 'a;b'", "--name 'x*'", "--name '~u'", "--name '#1'", "--name ''"]
+    assert [sp.setting("time", v) for v in ("1:30:00", "0-15%4", "/opt/venv/bin/python", "a=b,c")] == [
+        "--time 1:30:00", "--time 0-15%4", "--time /opt/venv/bin/python", "--time a=b,c"]
+    assert sp.setting("name", '"..."') == '--name "..."'  # a template to fill in stays as it is
+    assert SPEC_FILE.setting("python", "apptainer exec image.sif python") == "python: apptainer exec image.sif python"
