@@ -33,6 +33,8 @@ __all__ = ["BACKENDS", "DEVICE_VARIABLE", "DeviceChoice", "choose_device", "cpu_
 DEVICE_VARIABLE = "TORCHSLURM_DEVICE"
 """`TORCHSLURM_DEVICE=cpu`: compute on the CPU on purpose, even where Slurm gave the job GPUs."""
 DEVICE_CHOICES = ("cpu", "auto")
+CONTAINER_VARIABLES = ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
+"""Set inside an Apptainer/Singularity container (to its image), which sees the GPUs only when started with --nv."""
 
 BACKENDS = ("gloo", "nccl")
 """The torch.distributed backends torchslurm sets up: NCCL for ranks on a CUDA device, Gloo for any."""
@@ -109,8 +111,14 @@ def gpus_unseen(environ: Mapping[str, str], cuda_device_count: int, cuda_build: 
     allocated = slurm_gpus(environ)
     if cuda_device_count > 0 or not allocated or environ.get(DEVICE_VARIABLE, "").strip().lower() == "cpu":
         return None
+    container = next((f"{name}={environ[name]}" for name in CONTAINER_VARIABLES if environ.get(name)), None)
     if cuda_build is None:
         why = "this torch is a CPU-only build"
+    elif container is not None:
+        return EnvError(f"Slurm gave this task GPUs ({allocated}) but torch sees no CUDA device: this process runs in "
+                        f"a container ({container}) started without the GPUs; training would run on the CPU.",
+                        "start it with --nv: `apptainer exec --nv IMAGE python ...` (or set APPTAINER_NV=1); to "
+                        f"train on the CPU on purpose, set {DEVICE_VARIABLE}=cpu.")
     elif isinstance(cuda_build, str):
         why = f"torch is built for CUDA {cuda_build}, so the driver sees none or CUDA_VISIBLE_DEVICES hides them"
     else:

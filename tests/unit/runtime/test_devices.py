@@ -159,6 +159,24 @@ def test_slurm_gpus_that_torch_does_not_see_are_named_with_the_likely_cause() ->
     assert unknown is not None and "a CPU-only torch build or a driver problem" in unknown.message
 
 
+@pytest.mark.parametrize("variable", ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"])
+def test_gpus_unseen_in_a_container_started_without_nv_say_so(variable: str) -> None:
+    inside = {**GPU_TASK, variable: "/images/pytorch.sif"}
+    for build in ("12.8", False):
+        unseen = gpus_unseen(inside, 0, build)
+        assert unseen is not None and (unseen.message, unseen.hint) == (
+            "Slurm gave this task GPUs (SLURM_GPUS_ON_NODE=2, SLURM_JOB_GPUS=0,1, CUDA_VISIBLE_DEVICES=0,1) but "
+            f"torch sees no CUDA device: this process runs in a container ({variable}=/images/pytorch.sif) started "
+            "without the GPUs; training would run on the CPU.",
+            "start it with --nv: `apptainer exec --nv IMAGE python ...` (or set APPTAINER_NV=1); to train on the "
+            "CPU on purpose, set TORCHSLURM_DEVICE=cpu.")
+    cpu_build = gpus_unseen(inside, 0, None)  # a CPU-only torch sees no GPU in or out of a container
+    assert cpu_build is not None and "this torch is a CPU-only build" in cpu_build.message
+    assert gpus_unseen({**GPU_TASK, variable: ""}, 0, "12.8").message.endswith(  # type: ignore[union-attr]
+        "so the driver sees none or CUDA_VISIBLE_DEVICES hides them; training would run on the CPU.")
+    assert gpus_unseen(inside, 2, "12.8") is None  # started with --nv
+
+
 @pytest.mark.parametrize(("environ", "visible"), [
     (GPU_TASK, 2),                                    # torch sees them
     ({"SLURM_JOB_ID": "5", "CUDA_VISIBLE_DEVICES": "0"}, 0),  # not from Slurm
