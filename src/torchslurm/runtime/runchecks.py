@@ -51,7 +51,7 @@ _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish"})
 _SHELL_SUFFIXES = frozenset({".sh", ".bash", ".zsh", ".ksh", ".csh", ".sbatch", ".slurm"})
 
 
-def shell_script_kind(script: str, first_line: str = "") -> str | None:
+def shell_script_kind(script: str, first_line: str) -> str | None:
     """How `script` shows itself a shell script (a hand-written sbatch script given where the training
     script goes): 'a .sh file' by its name, 'a shell script (#!/bin/bash)' by its #! line; else None."""
     suffix = Path(script).suffix.lower()

@@ -14,6 +14,7 @@ from torchslurm.runtime.runchecks import (
     first_line,
     module_problem,
     nproc_problem,
+    run_flags_after_script,
     script_problem,
     shell_script_kind,
 )
@@ -99,6 +100,8 @@ def test_every_script_refusal_whole(tmp_path: Path) -> None:
     ("job.sh", "", "a .sh file"),
     ("dir/run.Slurm", "#!/usr/bin/env python3\n", "a .slurm file"),  # the name says it first
     ("job", "#!/bin/bash\n", "a shell script (#!/bin/bash)"),
+    ("job", "#!/usr/bin/env bash\n", "a shell script (#!/usr/bin/env bash)"),
+    ("job", "#!bash\n", "a shell script (#!bash)"),
     ("job", "#! /bin/sh -e\n", "a shell script (#! /bin/sh -e)"),
     ("job", "#!/usr/bin/env -S bash -l\n", "a shell script (#!/usr/bin/env -S bash -l)"),
     ("job", "#!/usr/bin/env LC_ALL=C zsh", "a shell script (#!/usr/bin/env LC_ALL=C zsh)"),
@@ -124,9 +127,18 @@ def test_a_shell_script_is_refused_as_the_script_and_read_only_for_its_first_lin
         f"give the Python training script (`torchslurm run --nproc 2 train.py`); a hand-written sbatch script is "
         f"submitted with `sbatch {job}` (check it first: `torchslurm lint {job}`).")
     assert first_line(job) == "#!/bin/bash\n"
+    (tmp_path / "latin1").write_bytes(b"#!/bin/sh \xe9t\xe9\n")
+    assert first_line(tmp_path / "latin1") == "#!/bin/sh \ufffdt\ufffd\n"  # not UTF-8: read, not refused
     assert first_line(tmp_path / "absent") == ""
     (tmp_path / "long").write_text("#!" + "x" * 500)
     assert first_line(tmp_path / "long") == "#!" + "x" * 198  # a binary without line breaks is not read whole
     (tmp_path / "pkg.sh").mkdir()
     (tmp_path / "pkg.sh" / "__main__.py").write_text("")
     assert script_problem(str(tmp_path / "pkg.sh")) is None  # a folder python runs, whatever its name
+
+
+def test_runs_own_flags_after_the_script_are_found_once_each() -> None:
+    assert run_flags_after_script(["--max-restarts", "1", "--nproc=2", "--nproc", "-nproc", "--dry", "--dry-run"]) == [
+        "--max-restarts", "--nproc", "--dry-run"]
+    assert run_flags_after_script(["--lr", "0.1", "nproc=2"]) == []
+
