@@ -321,3 +321,22 @@ def test_the_program_ends_its_own_process_and_a_call_from_python_returns(cli: Ru
     assert main() == 2 and ended == [0, 2]
     monkeypatch.setattr(sys, "argv", ["torchslurm", "train", "--dry-run", f"run_dir={tmp_path / 'r'}"])
     assert main() == 0 and ended == [0, 2, 0]  # every command, not only run
+
+
+def test_in_a_container_without_srun_the_batch_shell_is_told_to_start_the_ranks_outside(tmp_path: Path) -> None:
+    """The real command in an allocation's batch shell inside an Apptainer container, where srun is missing."""
+    import subprocess
+
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    environ = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "SLURM_JOB_ID": "77",
+               "SLURM_NNODES": "2", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node[1-2]",
+               "SLURM_TASKS_PER_NODE": "1(x2)", "APPTAINER_CONTAINER": "/images/pt.sif"}
+    done = subprocess.run([sys.executable, "-m", "torchslurm", "run", "train.py"], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.endswith(
+        "error: cannot start 'srun' inside the container /images/pt.sif: No such file or directory. HINT: start the "
+        "ranks from outside it, one container per task: `srun apptainer exec --nv IMAGE "
+        "torchslurm run train.py` in the batch script (each task then runs as one rank).\n"), done.stderr
+    assert "trained" not in done.stdout
+

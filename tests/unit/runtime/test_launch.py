@@ -12,6 +12,7 @@ import pytest
 from torchslurm.errors import ConfigError
 from torchslurm.runtime.launch import (
     LaunchPlan,
+    cannot_start,
     cpu_oversubscription,
     gpus_on_node,
     mark_finished,
@@ -295,3 +296,21 @@ def test_no_gpu_is_counted_where_none_can_be(tmp_path: Path, monkeypatch: pytest
     assert cuda_device_count({}, str(tmp_path / "absent")) == 0
     monkeypatch.setitem(sys.modules, "torch", None)  # a GPU login node without torch: `import torch` fails
     assert cuda_device_count({}, str(node)) == 0
+
+
+def test_srun_missing_inside_a_container_says_to_start_the_ranks_outside_it() -> None:
+    missing = FileNotFoundError(2, "No such file or directory")
+    inside = cannot_start("srun", missing, {"APPTAINER_CONTAINER": "/images/pt.sif"})
+    assert (inside.message, inside.hint) == (
+        "cannot start 'srun' inside the container /images/pt.sif: No such file or directory.",
+        "start the ranks from outside it, one container per task: `srun apptainer exec --nv IMAGE torchslurm run "
+        "train.py` in the batch script (each task then runs as one rank).")
+    assert cannot_start("srun", missing, {"SINGULARITY_CONTAINER": "x.sif"}).message.startswith(
+        "cannot start 'srun' inside the container x.sif:")
+    assert cannot_start("srun", OSError("odd"), {}).message == "cannot start 'srun': odd."
+    for program, environ in (("srun", {}), ("srun", {"APPTAINER_CONTAINER": ""}),
+                             ("python3", {"APPTAINER_CONTAINER": "/images/pt.sif"})):
+        plain = cannot_start(program, missing, environ)
+        assert (plain.message, plain.hint) == (f"cannot start {program!r}: No such file or directory.",
+                                               "check that it is installed and on PATH on every node.")
+
