@@ -189,10 +189,12 @@ def _check_container(spec: JobSpec, sp: Spelling) -> list[Finding]:
     runtime = container_without_gpus(spec.python, spec.env) if spec.gpus_per_node else None
     if runtime is None:
         return []
-    return [Finding("error", "container-without-gpus",
-                    f"{sp.name('python')}={shown(spec.python)} runs Python in {runtime} without --nv: the container "
-                    f"sees none of the {spec.gpus_per_node} GPU(s) per node, so the ranks would find no CUDA device.",
-                    f"add --nv: {sp.setting('python', with_gpus(spec.python))} (or set APPTAINER_NV=1 in env)")]
+    return [Finding("warning", "container-without-gpus",
+                    f"{sp.name('python')}={shown(spec.python)} runs Python in {runtime} without --nv: on NVIDIA GPUs "
+                    f"the container sees none of the {spec.gpus_per_node} per node, so the ranks would find no CUDA "
+                    "device (AMD GPUs need no flag).",
+                    f"add --nv: {sp.setting('python', with_gpus(spec.python))} (or set APPTAINER_NV=1 in env); on "
+                    "AMD GPUs, --rocm or nothing")]
 
 
 def _summaries(spec: JobSpec, sp: Spelling) -> list[Finding]:

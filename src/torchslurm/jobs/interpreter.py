@@ -2,9 +2,11 @@
 venv's interpreter, or Python in a container (`apptainer exec --nv image.sif python`). It is read as
 shell words (quotes group, nothing is expanded) and rendered word by word, each quoted. Pure.
 
-A container runtime that is not given the GPUs hides them: Apptainer and Singularity pass the host's
+A container runtime that is not given the GPUs hides NVIDIA's: Apptainer and Singularity pass the host's
 NVIDIA devices and driver only with `--nv` (or `--nvccli`, or APPTAINER_NV / SINGULARITY_NV set), so a
-GPU job would run its ranks on the CPU or fail to find NCCL's devices.
+GPU job would run its ranks on the CPU or fail to find NCCL's devices. AMD GPUs are seen without a flag
+(their devices are under /dev, which the container shares; `--rocm` adds the host's ROCm libraries), so
+a command without one is likely wrong, not certainly: a warning.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torchslurm.errors import ConfigError, shown
 from torchslurm.jobs.spelling import Spelling
 
 CONTAINER_RUNTIMES = ("apptainer", "singularity")
-NV_FLAGS = ("--nv", "--nvccli")
+GPU_PASSING_FLAGS = ("--nv", "--nvccli", "--rocm")  # NVIDIA's driver and devices; AMD's ROCm libraries
 NV_VARIABLES = frozenset({"APPTAINER_NV", "SINGULARITY_NV"})  # Apptainer reads both; SingularityCE the second
 EXAMPLE = "apptainer exec --nv image.sif python"
 
@@ -59,10 +61,10 @@ def container_without_gpus(python: str, env: Mapping[str, str]) -> str | None:
 
 def runtime_without_gpus(words: Sequence[str], variable_set: bool = False) -> str | None:
     """The Apptainer/Singularity that a command's words run a program in (`apptainer exec IMAGE CMD`,
-    after a wrapper or srun's options too) with no --nv or --nvccli, unless `variable_set` (APPTAINER_NV or
-    SINGULARITY_NV is set for it); else None."""
+    after a wrapper or srun's options too) with no --nv, --nvccli or --rocm, unless `variable_set`
+    (APPTAINER_NV or SINGULARITY_NV is set for it); else None."""
     at = _subcommand(words)
-    if at is None or variable_set or any(word in NV_FLAGS for word in words[at + 1:]):
+    if at is None or variable_set or any(word in GPU_PASSING_FLAGS for word in words[at + 1:]):
         return None
     return next(Path(word).name for word in reversed(words[:at]) if Path(word).name in CONTAINER_RUNTIMES)
 

@@ -142,12 +142,13 @@ def srun_cpus_per_task(x: Facts) -> Iterator[Flag]:
                        "$SLURM_CPUS_PER_TASK ...", ln.line)
 
 
-@rule("container-without-gpus", ("error",),
-      "a GPU job's training runs in `apptainer`/`singularity exec` without `--nv` (nor `APPTAINER_NV`): the "
-      "container sees no GPU.")
+@rule("container-without-gpus", ("warning",),
+      "a GPU job's training runs in `apptainer`/`singularity exec` without `--nv` (nor `APPTAINER_NV`, `--rocm`): "
+      "NVIDIA GPUs stay unseen in the container (AMD GPUs need no flag).")
 def container_without_gpus(x: Facts) -> Iterator[Flag]:
     """Apptainer and Singularity pass the host's NVIDIA devices and driver into the container only with --nv
-    (or --nvccli); without it torch.cuda.is_available() is False inside, and NCCL finds no device."""
+    (or --nvccli); without it torch.cuda.is_available() is False inside, and NCCL finds no device. AMD GPUs
+    are seen without a flag (OLMo's LUMI scripts pass none): a warning, not an error."""
     gpus = x.allocation.gpus_per_node
     if not gpus:
         return
@@ -155,6 +156,7 @@ def container_without_gpus(x: Facts) -> Iterator[Flag]:
         variable_set = bool(NV_VARIABLES & (x.script.exported | ln.env))
         runtime = runtime_without_gpus(ln.words, variable_set)
         if runtime is not None:
-            yield Flag("error", f"the training runs in {runtime} without --nv: the container sees none of the "
-                       f"{gpus} GPU(s) per node, so the ranks find no CUDA device (or train on the CPU).",
-                       f"{runtime} exec --nv IMAGE ... (or export APPTAINER_NV=1 before srun)", ln.line)
+            yield Flag("warning", f"the training runs in {runtime} without --nv: on NVIDIA GPUs the container sees "
+                       f"none of the {gpus} per node, so the ranks find no CUDA device (or train on the CPU); AMD GPUs "
+                       "need no flag.", f"{runtime} exec --nv IMAGE ... (or export APPTAINER_NV=1 before srun); on "
+                       "AMD GPUs, --rocm or nothing", ln.line)

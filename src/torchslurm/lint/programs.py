@@ -103,10 +103,14 @@ def unwrap(words: list[str]) -> list[str] | None:
 
 
 def _after_options(words: list[str], flags: frozenset[str]) -> list[str]:
+    """The words after a command's options: `--opt=v`, a flag in `flags`, `--opt v`; a short option is one
+    word when its value or other flags are attached (`-B/data:/data`, `-ce`), as Go's pflag reads them."""
     i = 0
     while i < len(words) and words[i].startswith("-"):
-        key = words[i].lstrip("-")
-        i += 1 if "=" in key or key in flags else 2
+        word = words[i]
+        key = word.lstrip("-")
+        attached = "=" in key or (not word.startswith("--") and len(key) > 1)
+        i += 1 if attached or key in flags else 2
     return words[i:]
 
 

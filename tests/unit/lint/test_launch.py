@@ -177,6 +177,7 @@ def test_ntasks_over_nodes_in_the_directives_counts_the_fullest_node_against_the
     ("srun -K env A=1 apptainer exec img.sif torchrun --nproc-per-node=4 t.py\n", "apptainer"),
     ("srun -K apptainer exec --nv img.sif python t.py\n", None),
     ("srun -K apptainer exec --nvccli img.sif python t.py\n", None),
+    ("srun -K singularity exec --rocm img.sif python t.py\n", None),
     ("export APPTAINER_NV=1\nsrun -K apptainer exec img.sif python t.py\n", None),
     ("SINGULARITY_NV=1 srun -K singularity exec img.sif python t.py\n", None),
     ("srun -K python t.py\n", None),
@@ -185,9 +186,10 @@ def test_a_gpu_jobs_training_in_a_container_needs_nv(lines: str, flagged: str | 
     found = [f for f in lint("#!/bin/bash\n#SBATCH --nodes=1 --ntasks-per-node=4 --gpus-per-node=4\n" + lines)
              if f.code == "container-without-gpus"]
     assert [(f.severity, f.message, f.hint) for f in found] == ([] if flagged is None else [(
-        "error", f"line {lines.count(chr(10)) + 2}: the training runs in {flagged} without --nv: the container sees "
-        "none of the 4 GPU(s) per node, so the ranks find no CUDA device (or train on the CPU).",
-        f"{flagged} exec --nv IMAGE ... (or export APPTAINER_NV=1 before srun)")])
+        "warning", f"line {lines.count(chr(10)) + 2}: the training runs in {flagged} without --nv: on NVIDIA GPUs "
+        "the container sees none of the 4 per node, so the ranks find no CUDA device (or train on the CPU); AMD GPUs "
+        "need no flag.", f"{flagged} exec --nv IMAGE ... (or export APPTAINER_NV=1 before srun); on AMD GPUs, --rocm "
+        "or nothing")])
 
 
 def test_a_cpu_job_in_a_container_needs_no_nv() -> None:

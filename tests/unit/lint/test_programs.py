@@ -49,5 +49,9 @@ def test_wrappers_are_seen_through() -> None:
     assert unwrap(["/usr/bin/singularity", "--quiet", "-s", "exec", "-B", "/d", "img.sif", "python", "t.py"]) == [
         "python", "t.py"]
     assert unwrap(["apptainer", "--quiet", "shell", "img.sif"]) is None
+    # a short option's value or other short flags attached to it are one word (OLMo's -B"$DIR:$DIR")
+    for options in (["-B/data:/data"], ["-ce"], ["--bind=/d"], ["--bind", "/d"], ["-B", "/d", "--nv"]):
+        assert unwrap(["singularity", "exec", *options, "img.sif", "python", "t.py"]) == ["python", "t.py"]
+    assert unwrap(["enroot", "start", "-rw", "img", "python", "t.py"]) == ["python", "t.py"]
     assert unwrap(["apptainer", "build", "img.sif", "def"]) is None
     assert unwrap(["python", "t.py"]) is None
