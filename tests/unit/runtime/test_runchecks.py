@@ -141,4 +141,5 @@ def test_runs_own_flags_after_the_script_are_found_once_each() -> None:
     assert run_flags_after_script(["--max-restarts", "1", "--nproc=2", "--nproc", "-nproc", "--dry", "--dry-run"]) == [
         "--max-restarts", "--nproc", "--dry-run"]
     assert run_flags_after_script(["--lr", "0.1", "nproc=2"]) == []
+    assert run_flags_after_script(["--nproc=2"]) == ["--nproc"]
 
