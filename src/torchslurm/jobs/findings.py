@@ -16,7 +16,7 @@ from torchslurm import hostlist
 from torchslurm.errors import render, shown
 from torchslurm.jobs.interpreter import container_without_gpus, with_gpus
 from torchslurm.jobs.slurmoutput import NodeInfo
-from torchslurm.jobs.slurmvalues import TIME_PATTERN, parse_slurm_version
+from torchslurm.jobs.slurmvalues import TIME_PATTERN, parse_slurm_version, parse_time
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import SPEC_FILE, Spelling
 from torchslurm.severity import SEVERITIES as SEVERITIES  # re-exported: lint names them from here
@@ -162,9 +162,10 @@ def _check_time(spec: JobSpec, sp: Spelling) -> list[Finding]:
     """[time-read-as]: a time limit Slurm reads other than it looks (docs/slurm.md, time limits):
     `0` is no limit at all, and a field past its range carries over (`99:99` is M:S, 100 min 39 s,
     which Slurm rounds up to whole minutes: 1:41:00)."""
-    if spec.time is None or spec.time_s is None:
+    if spec.time is None:
         return []
-    if spec.time_s == 0:
+    seconds = parse_time(spec.time)
+    if seconds == 0:
         return [Finding("info", "time-read-as", f"{sp.given('time', spec.time)} means no time limit: Slurm reads "
                         "0 as UNLIMITED (the partition's MaxTime still applies).",
                         f"give the limit you mean, e.g. {sp.setting('time', '4:00:00')}")]
@@ -176,7 +177,7 @@ def _check_time(spec: JobSpec, sp: Spelling) -> list[Finding]:
     limits = [24, 60, 60] if days is not None else [0, 60, 60][:len(numbers)]
     if not any(0 < limit <= n for n, limit in zip(numbers, limits, strict=False)):
         return []
-    minutes = -(-spec.time_s // 60)  # Slurm rounds a limit up to whole minutes
+    minutes = -(-seconds // 60)  # Slurm rounds a limit up to whole minutes
     read = f"{minutes // 1440}-{minutes // 60 % 24:02d}:{minutes % 60:02d}:00" if minutes >= 1440 \
         else f"{minutes // 60}:{minutes % 60:02d}:00"
     form = "days-hours:minutes:seconds" if days is not None else {2: "minutes:seconds"}.get(len(numbers),
@@ -211,49 +212,67 @@ def _summaries(spec: JobSpec, sp: Spelling) -> list[Finding]:
     return [Finding("info", "effective-batch", text if text.endswith("?") else text + ".", hint)]
 
 
-_MEM_UNITS_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_MEM_UNITS_KB = {"K": 1, "M": 1024, "G": 1024 ** 2, "T": 1024 ** 3}
 
 
-def _memory_mb(mem: str | None) -> int:
-    """`--mem` in MB as sbatch reads it (no unit: MB); 0 (all of a node's memory) or none: 0."""
-    if not mem:
+def _memory_kb(mem: str | None) -> int:
+    """`--mem` (digits and an optional unit, as JobSpec takes it) in KB, as sbatch reads it (no unit: MB);
+    0 (all of a node's memory) or none: 0."""
+    if mem is None:
         return 0
-    unit = mem[-1].upper() if mem[-1].isalpha() else "M"
-    return int(int(mem.rstrip("KMGTkmgt")) * _MEM_UNITS_MB[unit])
+    number, unit = (mem[:-1], mem[-1]) if mem[-1] in _MEM_UNITS_KB else (mem, "M")
+    return int(number) * _MEM_UNITS_KB[unit]
 
 
 def capacity(spec: JobSpec, nodes: list[NodeInfo], sp: Spelling = SPEC_FILE) -> list[Finding]:
     """[never-starts]: the job asks more of each node than `nodes` (the partition's, from sinfo) have,
-    or more nodes than fit. Slurm accepts such a job and it pends for ever (Reason=PartitionConfig,
-    or Resources), so `submit` refuses it. Pure: the nodes are data."""
+    or more nodes than fit, or a node of its nodelist cannot hold it. Slurm accepts such a job and it
+    pends for ever (Reason=PartitionConfig, or Resources), so `submit` refuses it. A nodelist names
+    nodes the job must have, not the only ones it may get (sbatch(1), --nodelist: "possibly additional
+    hosts as needed"). Pure: the nodes are data."""
     where = f"partition {spec.partition}" if spec.partition else "the default partition"
     if not nodes:
         return [Finding("error", "never-starts", f"{sp.given('partition', spec.partition)}: Slurm has no such "
                         "partition.", "`sinfo -s` lists the partitions; give one of those")] if spec.partition else []
-    if spec.nodelist or spec.exclude:
-        names = set(hostlist.expand(spec.nodelist)) if spec.nodelist else {n.name for n in nodes}
-        names -= set(hostlist.expand(spec.exclude)) if spec.exclude else set()
-        nodes = [n for n in nodes if n.name in names]
+    if spec.exclude:
+        excluded = set(hostlist.expand(spec.exclude))
+        nodes = [n for n in nodes if n.name not in excluded]
     cpus = spec.slurm_tasks_per_node * (spec.cpus_per_task or 1)
-    memory = _memory_mb(spec.mem)
-    fit = [n for n in nodes if n.gpus >= spec.gpus_per_node and n.cpus >= cpus and n.memory_mb >= memory]
-    if len(fit) >= spec.nodes:
+    memory = _memory_kb(spec.mem)
+    fit = [n for n in nodes if n.gpus >= spec.gpus_per_node and n.cpus >= cpus and n.memory_mb * 1024 >= memory]
+    listed = set(hostlist.expand(spec.nodelist)) if spec.nodelist else set()
+    unfit = hostlist.compress(n.name for n in nodes if n.name in listed and n not in fit)
+    if len(fit) >= spec.nodes and not unfit:
         return []
     asked = [f"{cpus} CPUs ({spec.slurm_tasks_per_node} task(s) x {spec.cpus_per_task or 1})"]
     if spec.gpus_per_node:
         asked.append(f"{spec.gpus_per_node} GPUs")
     if memory:
         asked.append(f"{spec.mem} memory")
+    short = [f"only {len(fit)} node(s) of {where} have that"] if len(fit) < spec.nodes else []
+    if unfit:
+        short.append(f"{unfit} of its {sp.name('nodelist')} do(es) not")
     kinds = sorted({(n.cpus, n.gpus, n.memory_mb) for n in nodes}, reverse=True)
     have = "; ".join(f"{hostlist.compress(n.name for n in nodes if (n.cpus, n.gpus, n.memory_mb) == k)}: "
-                     f"{k[0]} CPUs, {k[1]} GPUs, {k[2]} MB" for k in kinds) or "no node left by nodelist/exclude"
-    best = max(nodes, key=lambda n: (n.gpus, n.cpus), default=None)
-    fix = f"at most {len(nodes)} node(s)" if len(fit) == len(nodes) else "what a node has"
-    if best is not None and spec.gpus_per_node > best.gpus:
-        fix = f"{sp.setting('gpus_per_node', best.gpus)} (with as many tasks per node in srun mode)"
-    elif best is not None and cpus > best.cpus:
-        fix = f"{sp.name('cpus_per_task')} x tasks per node <= {best.cpus}"
+                     f"{k[0]} CPUs, {k[1]} GPUs, {k[2]} MB" for k in kinds) or f"{sp.name('exclude')} leaves none"
     return [Finding("error", "never-starts",
-                    f"the job asks for {spec.nodes} node(s) with {', '.join(asked)} each, but only {len(fit)} "
-                    f"node(s) of {where} have that ({have}); Slurm would queue it and it would never start.",
-                    f"ask for {fix}, or another partition (`sinfo -N -l` shows what each node has)")]
+                    f"the job asks for {spec.nodes} node(s) with {', '.join(asked)} each, but {' and '.join(short)} "
+                    f"({have}); Slurm would queue it and it would never start.",
+                    f"ask for {_what_fits(spec, nodes, fit, cpus, unfit, sp)}, or another partition "
+                    "(`sinfo -N -l` shows what each node has)")]
+
+
+def _what_fits(spec: JobSpec, nodes: list[NodeInfo], fit: list[NodeInfo], cpus: int, unfit: str,
+               sp: Spelling) -> str:
+    """What the job could ask for instead: what the best node has, a nodelist without the nodes that cannot
+    hold it, or no more nodes than fit."""
+    best = max(nodes, key=lambda n: (n.gpus, n.cpus), default=None)
+    if best is None:
+        return f"fewer nodes in {sp.name('exclude')}"
+    if spec.gpus_per_node > best.gpus:
+        return f"{sp.setting('gpus_per_node', best.gpus)} (with as many tasks per node in srun mode)"
+    if cpus > best.cpus:
+        return f"{sp.name('cpus_per_task')} x tasks per node <= {best.cpus}"
+    if unfit:
+        return f"a {sp.name('nodelist')} without {unfit}"
+    return f"at most {len(fit)} node(s)" if len(fit) == len(nodes) else "what a node has"

@@ -48,16 +48,13 @@ class RunMetrics:
     def names(self) -> list[str]:
         """Its validation metrics (`loss`, `accuracy`, ...): each `val_X` that has a `train_X` beside it
         (`val_samples` counts samples, it is no metric); loss first."""
-        found: dict[str, None] = {}
-        for record in self.epochs:
-            for key in record:
-                if key.startswith("val_") and f"train_{key[4:]}" in record:
-                    found[key[4:]] = None
+        found = dict.fromkeys(key[4:] for record in self.epochs for key in record
+                              if key.startswith("val_") and f"train_{key[4:]}" in record)
         return sorted(found, key=lambda name: name != "loss")
 
     def curve(self, name: str) -> list[tuple[float, float]]:
         """(epoch, val_<name>) of every epoch that has it."""
-        return [(r["epoch"], r[f"val_{name}"]) for r in self.epochs if f"val_{name}" in r and "epoch" in r]
+        return [(r["epoch"], r[f"val_{name}"]) for r in self.epochs if f"val_{name}" in r]  # every record has one
 
     def best(self, name: str) -> float | None:
         values = [v for _, v in self.curve(name) if math.isfinite(v)]
@@ -105,8 +102,8 @@ def epoch_records(lines: Iterable[str]) -> RunMetrics:
 def read_metrics(run_dir: Path) -> RunMetrics:
     """`run_dir`'s metrics as they stand; nothing (no error) where there is no file yet."""
     try:
-        with open(run_dir / METRICS_FILE, encoding="utf-8", errors="replace") as f:
-            return epoch_records(f)
+        with open(run_dir / METRICS_FILE, "rb") as f:
+            return epoch_records(line.decode("utf-8", "replace") for line in f)
     except (FileNotFoundError, NotADirectoryError):
         return RunMetrics()
     except OSError as exc:
@@ -207,9 +204,9 @@ def _value(text: str) -> Cell:
     return text
 
 
-def _run_order(path: Path) -> tuple[int, str]:
+def _run_order(path: Path) -> tuple[float, str]:
     match = _INDEX.fullmatch(path.name)
-    return (int(match.group(1)) if match else 1 << 62, path.name)
+    return (int(match.group(1)) if match else math.inf, path.name)
 
 
 def run_dirs(directory: Path) -> list[Path]:
@@ -229,8 +226,7 @@ def run_state(run_dir: Path) -> tuple[str, str]:
     outcome = sweepstate.read_outcome(run_dir)
     if outcome is None:
         return sweepstate.UNKNOWN, f"no {sweepstate.OUTCOME_FILE}: running, killed, or not a Trainer's run"
-    decided = sweepstate.point_state(sweepstate.Point(0, run_dir.name, {}), outcome, None, None)
-    return decided.state, decided.reason
+    return sweepstate.outcome_state(outcome)
 
 
 def folder_results(directory: Path) -> Results:
@@ -249,10 +245,8 @@ def folder_results(directory: Path) -> Results:
 
 
 def _no_runs_hint(directory: Path) -> str:
-    try:
-        sweeps = sorted(c.name for c in directory.iterdir() if (c / "sweep.json").is_file())
-    except OSError:
-        sweeps = []
+    """(`run_dirs` has just listed `directory`.)"""
+    sweeps = sorted(c.name for c in directory.iterdir() if (c / sweepstate.MANIFEST_FILE).is_file())
     if sweeps:
         return f"it holds sweeps: `torchslurm results {directory / sweeps[0]}`" + (
             f" (and {', '.join(sweeps[1:4])}{', ...' if len(sweeps) > 4 else ''})" if len(sweeps) > 1 else "") + "."
@@ -290,7 +284,7 @@ def collect(directory: Path, client: SlurmClient | None) -> Results:
     manifest = replace(manifest, sweep_dir=directory)
     tasks, notes = _tasks(manifest, client)
     states = sweepstate.point_states(manifest, sweepstate.read_outcomes(manifest), tasks)
-    if client is None or notes:
+    if notes:  # not asked, or could not be: a point Slurm would know of shows as unknown
         states = [replace(s, reason=f"no {sweepstate.OUTCOME_FILE} yet: running, or killed (Slurm was not asked)")
                   if s.state == sweepstate.UNKNOWN else s for s in states]
     return sweep_results(directory, manifest, states, notes)
@@ -307,7 +301,7 @@ def _tasks(manifest: sweepstate.Manifest, client: SlurmClient | None
     try:
         return sweepstate.slurm_tasks(manifest, client), []
     except SlurmError as exc:
-        return {}, [f"Slurm could not be asked ({exc.message.rstrip('.')}): states come from each point's "
+        return {}, [f"Slurm could not be asked ({exc.message.removesuffix('.')}): states come from each point's "
                     f"{sweepstate.OUTCOME_FILE}; a point still queued or running shows as unknown"]
 
 

@@ -79,7 +79,7 @@ class Manifest:
                 "points": [{"index": p.index, "dir": p.dir, "overrides": dict(p.overrides)} for p in self.points],
                 "submissions": [{"job_id": s.job_id, "indices": list(s.indices), "time": s.time, "script": s.script}
                                 for s in self.submissions]}
-        return json.dumps(data, indent=1, ensure_ascii=True) + "\n"
+        return json.dumps(data, indent=1) + "\n"  # ASCII: json.dumps escapes the rest
 
 
 def manifest_from_json(data: Any, source: str = MANIFEST_FILE) -> Manifest:
@@ -111,13 +111,13 @@ def read_manifest(sweep_dir: Path) -> Manifest | None:
     """`<sweep_dir>/sweep.json`, or None when there is none; ConfigError when it cannot be read."""
     path = Path(sweep_dir) / MANIFEST_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes()
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}.", "check the folder's permissions.") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text)  # UTF-8 (or -16, -32) bytes; bytes that are none of those are not JSON either
     except ValueError as exc:
         raise ConfigError(f"{path} is not JSON ({exc}).", "it is written by `torchslurm sweep` in one piece; "
                           "move it away to start the sweep afresh.") from None
@@ -155,7 +155,7 @@ class Outcome:
     def to_json(self) -> str:
         return json.dumps({"state": self.state, "epochs_done": self.epochs_done, "step": self.step,
                            "wall_s": self.wall_s, "time": self.time, "error": self.error, "rank": self.rank,
-                           "requeued": self.requeued}, ensure_ascii=True) + "\n"
+                           "requeued": self.requeued}) + "\n"
 
 
 def outcome_from_json(data: Any) -> Outcome | None:
@@ -175,7 +175,7 @@ def outcome_from_json(data: Any) -> Outcome | None:
 def read_outcome(run_dir: Path) -> Outcome | None:
     """`<run_dir>/outcome.json`; None when it is missing, unreadable or not an outcome (never raises)."""
     try:
-        return outcome_from_json(json.loads((Path(run_dir) / OUTCOME_FILE).read_text(encoding="utf-8")))
+        return outcome_from_json(json.loads((Path(run_dir) / OUTCOME_FILE).read_bytes()))
     except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
 
@@ -205,7 +205,7 @@ _TASK_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
 def task_indices(text: str) -> list[int]:
     """`3`, `2-3%2`, `1,4-8:2%3` (ArrayTaskId of a pending range) -> the task ids; [] for anything else."""
     found: list[int] = []
-    for part in text.split("%", 1)[0].split(","):
+    for part in text.partition("%")[0].split(","):
         m = _TASK_RANGE.fullmatch(part.strip())
         if not m:
             return []
@@ -266,22 +266,15 @@ def point_states(manifest: Manifest, outcomes: Mapping[int, Outcome | None],
 
 def point_state(point: Point, outcome: Outcome | None, task: TaskView | None, job: str | None) -> PointState:
     """One point: `job` is its task in the latest submission (None: never submitted)."""
-    def said(state: str, reason: str = "") -> PointState:
+    def said(state: str, reason: str) -> PointState:
         return PointState(point.index, point.dir, point.overrides, state, reason, job)
 
     if task is not None and task.state in _PENDING_SLURM:
-        return said(PENDING, "" if task.reason in ("", "None") else task.reason)
+        return said(PENDING, "" if task.reason == "None" else task.reason)
     if task is not None and task.state in _RUNNING_SLURM:
         return said(RUNNING, f"restart {task.restarts}" if task.restarts else "")
-    if outcome is not None and outcome.state == "completed":
-        return said(COMPLETED, f"{outcome.epochs_done} epoch(s), step {outcome.step}")
-    if outcome is not None and outcome.state == "failed":
-        return said(FAILED, outcome.error or f"rank {outcome.rank} failed")
-    if outcome is not None:  # stopped, and Slurm has no queued or running task of it
-        where = f"at epoch {outcome.epochs_done}, step {outcome.step}"
-        if outcome.requeued:
-            return said(FAILED, f"stopped {where} and requeued, but Slurm has no queued or running task of it")
-        return said(FAILED, f"stopped (preempted or time limit) {where} with no requeue left")
+    if outcome is not None:
+        return said(*outcome_state(outcome))
     if task is not None and task.state == "COMPLETED" and task.exit_code in ("", "0:0"):
         return said(COMPLETED, "Slurm: COMPLETED (the script wrote no outcome.json)")
     if task is not None:
@@ -291,6 +284,18 @@ def point_state(point: Point, outcome: Outcome | None, task: TaskView | None, jo
         return said(NOT_STARTED, "never submitted")
     return said(UNKNOWN, f"submitted as {job}, but neither Slurm nor its run_dir knows it (Slurm forgets "
                          "finished jobs after MinJobAge)")
+
+
+def outcome_state(outcome: Outcome) -> tuple[str, str]:
+    """The state and reason of a run that wrote `outcome`, with no queued or running task of it in Slurm."""
+    if outcome.state == "completed":
+        return COMPLETED, f"{outcome.epochs_done} epoch(s), step {outcome.step}"
+    if outcome.state == "failed":
+        return FAILED, outcome.error or f"rank {outcome.rank} failed"
+    where = f"at epoch {outcome.epochs_done}, step {outcome.step}"  # stopped
+    if outcome.requeued:
+        return FAILED, f"stopped {where} and requeued, but Slurm has no queued or running task of it"
+    return FAILED, f"stopped (preempted or time limit) {where} with no requeue left"
 
 
 def to_resubmit(states: Sequence[PointState]) -> list[int]:

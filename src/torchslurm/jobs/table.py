@@ -25,10 +25,10 @@ MISSING = "-"
 
 
 def _number(cell: Cell) -> float | None:
-    """The cell as a number to sort by; None for text, nothing and NaN."""
+    """A present cell (see `_present`: not NaN) as a number to sort by; None for text."""
     if isinstance(cell, bool) or not isinstance(cell, int | float):
         return None
-    return None if math.isnan(cell) else float(cell)
+    return float(cell)
 
 
 def sort_rows(rows: Sequence[Row], column: str, descending: bool = False) -> list[Row]:
@@ -114,11 +114,11 @@ def _csv(rows: Sequence[Row], columns: Sequence[str], exact: Collection[str]) ->
 
 
 def _csv_cell(cell: Cell) -> str:
-    return str(cell).lower() if isinstance(cell, bool) else repr(cell) if isinstance(cell, float) else str(cell)
+    return str(cell).lower() if isinstance(cell, bool) else str(cell)  # a float's str() keeps every digit
 
 
 def _json(rows: Sequence[Row], columns: Sequence[str], exact: Collection[str]) -> str:
     def plain(cell: Cell) -> Cell:
         return None if isinstance(cell, float) and not math.isfinite(cell) else cell
 
-    return json.dumps([{c: plain(r.get(c)) for c in columns} for r in rows], indent=1, allow_nan=False) + "\n"
+    return json.dumps([{c: plain(r.get(c)) for c in columns} for r in rows], indent=1) + "\n"

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchslurm.jobs.findings import SEVERITIES, Finding, by_severity, capacity, validate
-from torchslurm.jobs.slurmoutput import NodeInfo
+from torchslurm.jobs.findings import SEVERITIES, Finding, by_severity, validate
 from torchslurm.jobs.spec import JobSpec
 from torchslurm.jobs.spelling import command_line
 
@@ -164,38 +163,3 @@ def test_a_time_slurm_reads_other_than_it_looks_is_said_as_read(time: str, said:
 @pytest.mark.parametrize("time", ["30:00", "1:00:00", "90", "100:00:00", "1-00:00:00", "2-23:59:59", "59:59"])
 def test_a_time_written_in_range_gets_no_note(time: str) -> None:
     assert "time-read-as" not in codes(JobSpec(script="t.py", time=time))
-
-
-SANDBOX_NODES = [NodeInfo(f"node{i}", "debug", True, cpus=4, gpus=4, memory_mb=2000) for i in (1, 2, 3, 4)]
-
-
-def test_a_job_bigger_than_every_node_of_the_partition_never_starts() -> None:
-    """8 GPUs x 8 CPUs per node against the sandbox's 4 x 4: Slurm would keep it pending for ever."""
-    (found,) = capacity(JobSpec(script="t.py", nodes=2, gpus_per_node=8, cpus_per_task=8), SANDBOX_NODES)
-    assert (found.severity, found.code) == ("error", "never-starts")
-    assert found.message == ("the job asks for 2 node(s) with 64 CPUs (8 task(s) x 8), 8 GPUs each, but only 0 "
-                             "node(s) of the default partition have that (node[1-4]: 4 CPUs, 4 GPUs, 2000 MB); "
-                             "Slurm would queue it and it would never start.")
-    assert found.hint.startswith("ask for gpus_per_node: 4")
-    flags = capacity(JobSpec(script="t.py", gpus_per_node=8), SANDBOX_NODES, command_line({"gpus_per_node"}))
-    assert flags[0].hint.startswith("ask for --gpus-per-node 4")
-
-
-@pytest.mark.parametrize(("spec", "fits"), [
-    (JobSpec(script="t.py", nodes=4, gpus_per_node=4), True),
-    (JobSpec(script="t.py", nodes=5), False),
-    (JobSpec(script="t.py", nodes=2, tasks_per_node=2, cpus_per_task=2), True),
-    (JobSpec(script="t.py", tasks_per_node=2, cpus_per_task=3), False),
-    (JobSpec(script="t.py", mem="2000M"), True),
-    (JobSpec(script="t.py", mem="4G"), False),
-    (JobSpec(script="t.py", nodes=2, exclude="node[1-3]"), False),
-    (JobSpec(script="t.py", nodes=2, nodelist="node[3-4]"), True),
-])
-def test_capacity_counts_the_nodes_that_fit(spec: JobSpec, fits: bool) -> None:
-    assert (capacity(spec, SANDBOX_NODES) == []) is fits
-
-
-def test_a_partition_slurm_does_not_have_is_an_error_and_unknown_nodes_say_nothing() -> None:
-    (found,) = capacity(JobSpec(script="t.py", partition="gpu"), [])
-    assert found.message == "partition=gpu: Slurm has no such partition."
-    assert capacity(JobSpec(script="t.py"), []) == []

@@ -83,3 +83,34 @@ def test_markdown_escapes_pipes_and_aligns_numeric_columns_right() -> None:
 def test_an_unknown_format_is_refused_with_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"--format='html' is not one of table, csv, json, md"):
         render(ROWS, ["point"], "html")
+
+
+WHOLE_ROWS: list[Row] = [
+    {"run": "a\nb", "lr": 0.000123456, "opt": "Adam", "ok": True, "loss": math.nan},
+    {"run": "c|d", "lr": 1e-5, "opt": None, "ok": False, "loss": 0.25}]
+WHOLE_COLUMNS = ["run", "lr", "opt", "ok", "loss"]
+
+
+@pytest.mark.parametrize(("form", "text"), [
+    ("table", "run           lr  opt   ok     loss\na b  0.000123456  Adam  true    nan\n"
+              "c|d        1e-05  -     false  0.25\n"),
+    ("csv", 'run,lr,opt,ok,loss\n"a\nb",0.000123456,Adam,true,nan\nc|d,1e-05,,false,0.25\n'),
+    ("json", '[\n {\n  "run": "a\\nb",\n  "lr": 0.000123456,\n  "opt": "Adam",\n  "ok": true,\n  "loss": null\n },\n'
+             ' {\n  "run": "c|d",\n  "lr": 1e-05,\n  "opt": null,\n  "ok": false,\n  "loss": 0.25\n }\n]\n'),
+    ("md", "| run | lr | opt | ok | loss |\n|---|---:|---|---|---:|\n| a b | 0.000123456 | Adam | true | nan |\n"
+           "| c\\|d | 1e-05 | - | false | 0.25 |\n"),
+])
+def test_every_format_whole_with_an_exact_column(form: str, text: str) -> None:
+    assert render(WHOLE_ROWS, WHOLE_COLUMNS, form, exact={"lr"}) == text
+
+
+def test_an_empty_cell_sorts_last_as_a_missing_one() -> None:
+    rows: list[Row] = [{"k": ""}, {"k": "b"}, {"k": None}, {"k": "a"}]
+    assert [r["k"] for r in sort_rows(rows, "k")] == ["a", "b", "", None]
+
+
+def test_an_unknown_column_with_nothing_near_lists_the_columns_alone() -> None:
+    with pytest.raises(ConfigError) as refused:
+        check_column("zzz", ["loss", "state"], what="--by")
+    assert (refused.value.message, refused.value.hint) == (
+        "--by 'zzz' is not a column of these results.", "the columns are: loss, state.")
