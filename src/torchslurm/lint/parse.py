@@ -167,20 +167,21 @@ class _Shell:
 
 def parse(text: str) -> Script:
     script = Script(text=text)
-    _parse_body(text, script, first_line=1, shell=_Shell({}), header=True)
+    _parse_body(text, script, first_line=1, shell=_Shell({}))
     return script
 
 
-def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, header: bool, level: int = 0) -> None:
+def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, level: int = 0) -> None:
     """`shell`: the shell that runs this text (the batch shell, or each task's under `srun bash -c`); `level`: how
-    deep this code sits in other code (`eval`, `bash -c`), read down to MAX_NESTING."""
+    deep this code sits in other code (`eval`, `bash -c`), read down to MAX_NESTING; 0: the script itself, whose
+    `#SBATCH` lines above its first command sbatch reads."""
     if level > MAX_NESTING:
         script.unclosed.append(Unclosed(first_line, "bash -c", heredoc=False, nested=True))
         return
     body: list[tuple[int, str]] = []
     script.bodies.append(body)
     lines = read_lines(text)
-    if header:
+    if level == 0:
         script.read = lines.spans
     if lines.unclosed is not None:
         script.unclosed.append(replace(lines.unclosed, line=lines.unclosed.line + first_line - 1))
@@ -188,6 +189,7 @@ def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, heade
         number += first_line - 1
         body.append((number, line))
         stripped = line.strip()
+        header = level == 0 and script.first_command is None
         if line.startswith("#SBATCH") and header:  # sbatch matches the line's first bytes: no blanks before
             for key, value in parse_options(sbatch_split(line[len("#SBATCH"):]), SBATCH, False)[0]:
                 script.directives[key] = value
@@ -197,7 +199,6 @@ def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, heade
         if header:
             shell.counts.update(_slurm_counts(script.directives))
             script.first_command = number  # sbatch stops reading directives at the first command
-        header = False
         for part, background in commands_ending(stripped):
             _parse_command(number, part, script, shell, background, level)
 
@@ -261,7 +262,7 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
 def _assign(number: int, word: str, script: Script, shell: _Shell) -> str:
     """`NAME=value`, `NAME+=value`, `NAME=(...)` or `NAME+=(...)` done in `shell` and recorded: its name."""
     name, value = _value(word, shell)
-    shell.vars[name] = value if value is not None and len(value) <= MAX_VALUE else None
+    shell.vars[name] = value  # however long: a word that reads more than MAX_VALUE characters stays as written
     shown = word.split("=", 1)[1] if value is None else value
     (script.exports if not shell.per_task else script.task_exports)[name] = (number, shown[:MAX_VALUE])
     return name
@@ -314,14 +315,14 @@ def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, 
             words = inner
             continue
         if words[0] == "eval":  # a builtin: the shell that reads the line runs its code (srun cannot run it)
-            _parse_body(" ".join(words[1:]), script, number, shell, header=False, level=level + 1)
+            _parse_body(" ".join(words[1:]), script, number, shell, level=level + 1)
             return None
         code = _shell_code(words)
         if code is None:
             break
         if "$@" not in code[0]:
             # `srun bash -c CODE`: each task's shell runs CODE, with this srun's options
-            _parse_body(code[0], script, number, shell.child(srun, srun_words), header=False, level=level + 1)
+            _parse_body(code[0], script, number, shell.child(srun, srun_words), level=level + 1)
             return None
         # `bash -c 'trap "" SIG; exec "$@"' NAME cmd...`: the command is the rest, signals ignored
         ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code[0])

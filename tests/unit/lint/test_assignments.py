@@ -28,7 +28,7 @@ def _args(setup: str, args: str) -> list[str]:
     ("ARGS=--lr\nARGS+=' 1'", "$ARGS", ["--lr", "1"]),       # `+=` appends
     ("ARGS+=--lr", '"$ARGS"', ["${ARGS}--lr"]),             # what the environment gave it: unknown
     ('PYTHONPATH+=":$HOME/src"', '"$PYTHONPATH"', ["${PYTHONPATH}:$HOME/src"]),  # to a value lint cannot know
-    ("A=(a)\nAB=(b)", '"${AB[@]}"', ["b"]),
+    ("A=(a)\nAB=(b)", '"${AB[@]}"', ["b"]), ("A=(a)\nA=(b)", '"${A[@]}"', ["b"]),
     ("A+=(x)", '"${A[@]}"', ["x"]),
     ("eval X=1", "$X", ["1"]),                               # eval's code runs in the shell that reads it
     ("srun bash -c 'X=1; B=(x)'", '$X "${B[@]}"', ["$X", "${B[@]}"]),  # a child shell's variables stay there
@@ -71,16 +71,16 @@ def test_variables_set_in_each_task_are_apart_from_the_batch_shell() -> None:
         ("python t.py", True), ("bash -c 'Y=3'", False), ("Y=3", False)]
 
 
-def test_a_value_of_the_longest_length_is_known_one_longer_is_not() -> None:
+def test_a_value_of_the_longest_length_is_expanded_a_longer_one_stays_as_written() -> None:
     longest, longer = "y" * MAX_VALUE, "y" * (MAX_VALUE + 1)
     assert _args(f"A={longest}", "$A") == [longest]
-    assert _args(f"A={longer}", "$A") == ["$A"]
+    assert _args(f"A={longer}", "$A ${A:-x} ${A}") == ["$A", "${A:-x}", "${A}"]  # set, but too long to show
     assert parse(f"A={longer}\n").exports == {"A": (1, longest)}
 
 
 def test_an_array_of_more_elements_than_the_limit_is_not_known() -> None:
-    most, more = "(" + "x " * MAX_VALUE + ")", "(" + "x " * (MAX_VALUE + 1) + ")"
-    assert _args(f"A={most}", "$A") == ["x"]
+    most, more = "(" + "x=1 " * MAX_VALUE + ")", "(" + "x=1 " * (MAX_VALUE + 1) + ")"
+    assert _args(f"A={most}", "$A") == ["x=1"]
     assert _args(f"A={more}", '$A "${A[@]}"') == ["$A", "${A[@]}"]
     assert _args(f"A={more}\nA+=(y)", '$A "${A[@]}"') == ["$A", "${A[@]}"]
     assert parse(f"A={more}\n").exports["A"] == (1, more[:MAX_VALUE])
