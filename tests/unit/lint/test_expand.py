@@ -49,6 +49,7 @@ AS_BASH = [  # (word, fields): lint knows all it reads, so bash makes the same f
     ("${UNSET:-}", []), ("${UNSET:-a b}", ["a", "b"]), ('"${UNSET:-$SPACED}"', ["x  y"]),
     ('"${UNSET:-a\nb}"', ["a\nb"]), ("${UNSET-x}y", ["xy"]),
     ("a$", ["a$"]), ("$/x", ["$/x"]), ('"a$ b"', ["a$ b"]), ('"$"', ["$"]),
+    ("--nodes=${NODES}", ["--nodes=2"]),
 ]
 
 
@@ -67,7 +68,8 @@ def test_fields_are_those_bash_makes(word: str, fields: list[str]) -> None:
     ("$((SLURM_NNODES * 2))", ["8"]),
     ("${MSG// /,}", ["${MSG// /,}"]),                          # other forms stay one word, as written
     ('"${B[@]}"', ["${B[@]}"]), ("${B[@]}", ["${B[@]}"]),      # no array B
-    ("$$", ["$$"]), ("$${NODES}", ["$${NODES}"]), ("$1$#", ["$1$#"]), ('"$@"', ["$@"]),  # specials: run time
+    ("$$", ["$$"]), ("$${NODES}", ["$${NODES}"]), ("ab$${NODES}", ["ab$${NODES}"]),  # specials: run time
+    ("$1$#", ["$1$#"]), ('"$@"', ["$@"]),
     ("$H", ["$(hostname -s)", "x"]), ("$B", ["`hostname -s`", "x"]), ("$K", ["x", "$(hostname -s)"]),
     ("$(( NODES * UNKNOWN ))", ["$(( NODES * UNKNOWN ))"]), ("$(echo $((1+2)))", ["$(echo $((1+2)))"]),
     ("'abc", ["abc"]), ("x'abc", ["xabc"]), ('"abc', ["abc"]), ('x"$NODES', ["x2"]),  # never closed: to the end

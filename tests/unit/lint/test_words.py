@@ -29,10 +29,11 @@ from torchslurm.lint.shell import raw_words
     ("x=$(echo \\) a) y", ["x=$(echo \\) a)", "y"]), ("echo $(echo \\)) x", ["echo", "$(echo \\))", "x"]),
     ('echo $(echo ")") x', ["echo", '$(echo ")")', "x"]),
     ("echo ${X:-$(echo })} y", ["echo", "${X:-$(echo })}", "y"]),
+    ("echo ${X:-$(echo } a)} y", ["echo", "${X:-$(echo } a)}", "y"]),
     ("echo $(echo ${X:-) b}) y", ["echo", "$(echo ${X:-) b})", "y"]),
     ("echo `echo \\` a` b", ["echo", "`echo \\` a`", "b"]),
     ("--lr 1 # no newline after it", ["--lr", "1"]), ("a # c\nb", ["a", "b"]),
-    ("a \\\n b\\\nc", ["a", "b\\\nc"]),                                   # a line continuation between words
+    ("a \\\n b\\\nc \\\nd", ["a", "b\\\nc", "d"]),                                   # a line continuation between words
 ])
 def test_words_end_where_bash_ends_them(text: str, words: list[str]) -> None:
     assert raw_words(text) == words
