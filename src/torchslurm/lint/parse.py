@@ -26,14 +26,18 @@ from torchslurm.lint.shell import (
     ASSIGN_RE,
     MAX_NESTING,
     MAX_VALUE,
+    NAME_RE,
     PER_TASK_VARS,
     batch_marker,
     expand,
+    expand_joined,
     raw_words,
 )
 from torchslurm.runtime.variables import is_digits
 
 # shell words that may come before a command on one line (`if ...; then srun ...`)
+MAX_WRAPPERS = 8
+"""How many wrappers, `bash -c` and `eval` lint sees through in one command."""
 _PREFIX_WORDS = {"then", "do", "else", "if", "elif", "while", "until", "!", "{", "(", "time", "exec", "}", ")"}
 
 
@@ -129,16 +133,21 @@ class _Shell:
 
     vars: MutableMapping[str, str | None]
     """Variables set by this shell or inherited: their values, expanded (None: set to what lint cannot know)."""
-    per_task: bool
-    srun: dict[str, str] | None
+    srun: dict[str, str] | None = None
+    """The options of the srun whose tasks run this shell (`srun bash -c CODE`); None: the batch shell's own."""
     srun_words: list[str] = field(default_factory=list)
+    """That srun and its options, as written."""
     arrays: MutableMapping[str, list[str] | None] = field(default_factory=dict)
     """Arrays set by `NAME=(...)`: their elements, expanded (None: lint cannot know them)."""
-
     counts: dict[str, str] = field(default_factory=dict)
     """Slurm's counts fixed by the `#SBATCH` lines (SLURM_NNODES), for `$(( ))` only."""
 
-    def lookup(self, name: str, arithmetic: bool = False) -> str | None:
+    @property
+    def per_task(self) -> bool:
+        """Run by each task under srun, not the batch shell."""
+        return self.srun is not None
+
+    def lookup(self, name: str, arithmetic: bool) -> str | None:
         if name in self.vars:
             return self.vars[name]
         if arithmetic and name in self.counts:
@@ -146,35 +155,33 @@ class _Shell:
         return batch_marker(name) if name in PER_TASK_VARS and not self.per_task else None
 
     def child(self, srun: dict[str, str] | None, srun_words: list[str]) -> _Shell:
-        """`bash -c CODE` run by this shell; under srun, by each task (which inherits the variables: a view of
-        this shell's, not a copy, so that a script of many variables and many `bash -c` lines takes linear time)."""
-        inherited, arrays = ChainMap({}, self.vars), ChainMap({}, self.arrays)
-        if srun is not None and self.srun is None:
-            return _Shell(inherited, True, srun, srun_words, arrays, self.counts)
-        return _Shell(inherited, self.per_task, srun if srun is not None else self.srun,
-                      srun_words or self.srun_words, arrays, self.counts)
+        """`bash -c CODE` run under `srun`: the srun of its own line, else the one this shell runs under (None:
+        neither, the batch shell runs it). Variables are inherited: a view of this shell's, not a copy, so that a
+        script of many variables and many `bash -c` lines takes linear time, and what CODE sets stays in CODE."""
+        return _Shell(ChainMap({}, self.vars), srun, srun_words, ChainMap({}, self.arrays), self.counts)
 
-    def expand(self, word: str, split: bool = True) -> list[str]:
+    def expand(self, word: str) -> list[str]:
         """The fields `word` becomes in this shell."""
-        return expand(word, self.lookup, split, self.arrays)
+        return expand(word, self.lookup, arrays=self.arrays)
 
 
 def parse(text: str) -> Script:
     script = Script(text=text)
-    _parse_body(text, script, first_line=1, shell=_Shell({}, False, None), header=True)
+    _parse_body(text, script, first_line=1, shell=_Shell({}))
     return script
 
 
-def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, header: bool, level: int = 0) -> None:
+def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, level: int = 0) -> None:
     """`shell`: the shell that runs this text (the batch shell, or each task's under `srun bash -c`); `level`: how
-    deep this code sits in other code (`eval`, `bash -c`), read down to MAX_NESTING."""
+    deep this code sits in other code (`eval`, `bash -c`), read down to MAX_NESTING; 0: the script itself, whose
+    `#SBATCH` lines above its first command sbatch reads."""
     if level > MAX_NESTING:
         script.unclosed.append(Unclosed(first_line, "bash -c", heredoc=False, nested=True))
         return
     body: list[tuple[int, str]] = []
     script.bodies.append(body)
     lines = read_lines(text)
-    if header:
+    if level == 0:
         script.read = lines.spans
     if lines.unclosed is not None:
         script.unclosed.append(replace(lines.unclosed, line=lines.unclosed.line + first_line - 1))
@@ -182,16 +189,16 @@ def _parse_body(text: str, script: Script, first_line: int, shell: _Shell, heade
         number += first_line - 1
         body.append((number, line))
         stripped = line.strip()
+        header = level == 0 and script.first_command is None
         if line.startswith("#SBATCH") and header:  # sbatch matches the line's first bytes: no blanks before
             for key, value in parse_options(sbatch_split(line[len("#SBATCH"):]), SBATCH, False)[0]:
                 script.directives[key] = value
                 script.directive_list.append((number, key, value))
         if not stripped or stripped.startswith("#"):
             continue
-        if header and shell.per_task is False and shell.srun is None:
+        if header:
             shell.counts.update(_slurm_counts(script.directives))
             script.first_command = number  # sbatch stops reading directives at the first command
-        header = False
         for part, background in commands_ending(stripped):
             _parse_command(number, part, script, shell, background, level)
 
@@ -234,35 +241,49 @@ def _parse_command(number: int, part: str, script: Script, shell: _Shell, backgr
     while raw and raw[0] in _PREFIX_WORDS:  # `then srun ...`, `exec python ...`
         raw = raw[1:]
     script.commands.append(Command(number, part, raw, shell.per_task))
-    exporting, assigned = False, set()
-    if raw and raw[0] in DECLARE:
-        exporting = raw[0] == "export" or (raw[0] == "declare" and "-x" in raw[1:2])
-        raw = [w for w in raw[1:] if not w.startswith("-")]
-    while raw and ASSIGN_RE.match(raw[0]):
-        name, value = raw[0].split("=", 1)
-        if value.startswith("(") and value.endswith(")"):  # an array: `ARGS=(--nnodes 2)`, `ARGS+=(...)`
-            before = shell.arrays.get(name[:-1], []) if name.endswith("+") else []
-            elements = None if before is None else before + [f for w in raw_words(value[1:-1]) for f in shell.expand(w)]
-            shell.arrays[name.rstrip("+")] = elements if elements is None or len(elements) <= MAX_VALUE else None
-            value = " ".join(elements) if elements is not None else value
-        else:
-            value = " ".join(shell.expand(value, split=False))
-        name = name.rstrip("+")
-        assigned.add(name)
-        shell.vars[name] = value if len(value) <= MAX_VALUE else None
-        value = value[:MAX_VALUE]
-        (script.exports if not shell.per_task else script.task_exports)[name] = (number, value)
-        if exporting:
-            script.exported.add(name)
-        raw = raw[1:]
-    if exporting:
-        script.exported.update(w for w in raw if ASSIGN_RE.match(w + "="))
+    if raw and raw[0] in DECLARE:  # `export A B=1`, `declare -x` (also `-rx`, `typeset -x`, `local -x`)
+        exporting = raw[0] == "export" or any(w.startswith("-") and "x" in w for w in raw[1:])
+        for word in raw[1:]:
+            name = _assign(number, word, script, shell) if ASSIGN_RE.match(word) else word
+            if exporting and NAME_RE.fullmatch(name):
+                script.exported.add(name)
         return
+    assigned = set()
+    while raw and ASSIGN_RE.match(raw[0]):  # `X=1`, `NCCL_DEBUG=INFO srun ...`
+        assigned.add(_assign(number, raw[0], script, shell))
+        raw = raw[1:]
     words = raw if plain else [f for w in raw for f in shell.expand(w)]
     launch = _parse_launch(number, words, script, shell, background, level)
     if launch is not None:
         launch.env = assigned
         script.launches.append(launch)
+
+
+def _assign(number: int, word: str, script: Script, shell: _Shell) -> str:
+    """`NAME=value`, `NAME+=value`, `NAME=(...)` or `NAME+=(...)` done in `shell` and recorded: its name."""
+    name, value = _value(word, shell)
+    shell.vars[name] = value  # however long: a word that reads more than MAX_VALUE characters stays as written
+    shown = word.split("=", 1)[1] if value is None else value
+    (script.exports if not shell.per_task else script.task_exports)[name] = (number, shown[:MAX_VALUE])
+    return name
+
+
+def _value(word: str, shell: _Shell) -> tuple[str, str | None]:
+    """The name an assignment sets and the value `$NAME` has after it (an array's first element), None for an
+    array lint cannot know."""
+    name, value = word.split("=", 1)
+    append, name = name.endswith("+"), name.rstrip("+")
+    if value.startswith("(") and value.endswith(")"):  # an array: `ARGS=(--nnodes 2)`, `ARGS+=(...)`
+        before = shell.arrays.get(name, []) if append else []
+        elements = None if before is None else before + [f for w in raw_words(value[1:-1]) for f in shell.expand(w)]
+        shell.arrays[name] = elements if elements is None or len(elements) <= MAX_VALUE else None
+        known = shell.arrays[name]
+        return name, None if known is None else known[0] if known else ""
+    value = expand_joined(value, shell.lookup, shell.arrays)
+    if append:  # `PATH+=:/opt/bin`: after the value the variable had (one lint cannot know stays `${NAME}`)
+        old = shell.vars.get(name)
+        value = (f"${{{name}}}" if old is None else old) + value
+    return name, value
 
 
 def _shell_code(words: list[str]) -> tuple[str, list[str]] | None:
@@ -278,30 +299,31 @@ def _shell_code(words: list[str]) -> tuple[str, list[str]] | None:
 
 
 def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, background: bool,
-                  level: int, depth: int = 0) -> Launch | None:
-    """The launch these words start, if any; a wrapped `bash -c CODE` or `eval` is read as its code."""
-    srun, srun_words, ignored = shell.srun, shell.srun_words, []
+                  level: int) -> Launch | None:
+    """The launch these words start, if any; a wrapped `bash -c CODE` or `eval` is read as its code. Wrappers are
+    seen through MAX_WRAPPERS deep (`srun env ... numactl ... python`): a line of thousands costs linear time."""
+    srun, srun_words, ignored, wrappers = shell.srun, shell.srun_words, [], []
     if words and program_name(words[0]) == "srun":
-        srun_words = words
-        pairs, words = parse_options(words[1:], SRUN, True)
+        pairs, rest = parse_options(words[1:], SRUN, True)
+        srun_words, words = words[:len(words) - len(rest)], rest
         srun = dict(pairs)  # a later option wins, as with getopt
-    while words and depth < 8:
-        depth += 1
+    for _ in range(MAX_WRAPPERS):
+        if not words:
+            break
         inner = unwrap(words)
         if inner is not None:
+            wrappers += words[:len(words) - len(inner)]  # kept in the launch's words (`apptainer exec --nv IMG`)
             words = inner
             continue
-        if words[0] == "eval":
-            _parse_body(" ".join(words[1:]), script, number, shell if srun is shell.srun else
-                        shell.child(srun, srun_words), header=False, level=level + 1)
+        if words[0] == "eval":  # a builtin: the shell that reads the line runs its code (srun cannot run it)
+            _parse_body(" ".join(words[1:]), script, number, shell, level=level + 1)
             return None
         code = _shell_code(words)
         if code is None:
             break
-        if '"$@"' not in code[0] and "$@" not in code[0]:
-            # `srun bash -c CODE`: each task's shell runs CODE, with this srun's options (CODE's words are its own)
-            outer = [w for w in srun_words if w != code[0]]
-            _parse_body(code[0], script, number, shell.child(srun, outer), header=False, level=level + 1)
+        if "$@" not in code[0]:
+            # `srun bash -c CODE`: each task's shell runs CODE, with this srun's options
+            _parse_body(code[0], script, number, shell.child(srun, [*srun_words, *wrappers]), level=level + 1)
             return None
         # `bash -c 'trap "" SIG; exec "$@"' NAME cmd...`: the command is the rest, signals ignored
         ignored = re.findall(r'trap\s+(?:""|\'\')\s+([A-Z0-9 ]+)', code[0])
@@ -317,4 +339,5 @@ def _parse_launch(number: int, words: list[str], script: Script, shell: _Shell, 
     return Launch(number, srun is not None, srun or {}, launcher, nproc,
                   python=words[0], rdzv_endpoint=opts_map.get("rdzv-endpoint"),
                   signals_to_handle=opts_map.get("signals-to-handle"), ignored=" ".join(ignored).split(),
-                  launcher_opts=opts_map, per_task=shell.per_task, words=[*srun_words, *words], background=background)
+                  launcher_opts=opts_map, per_task=shell.per_task, words=[*srun_words, *wrappers, *words],
+                  background=background)

@@ -28,7 +28,8 @@ MAX_NESTING = 16
 
 _MARK = "\x00"
 _MARKER_RE = re.compile(f"{_MARK}([A-Z_]+){_MARK}")
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A variable's name."""
 _SPECIAL = "@*#?$!-0123456789"
 
 MAX_VALUE = 100_000
@@ -77,7 +78,7 @@ def scan(text: str, i: int) -> tuple[int, bool]:
         kind, c = kinds[-1], text[j]
         if kind == "'":
             end = text.find("'", j)
-            if end < 0:
+            if end == -1:
                 return len(text), False
             kinds.pop(), depths.pop()
             j = end + 1
@@ -133,7 +134,7 @@ def array_scan(text: str, i: int) -> tuple[int, bool] | None:
             j += 2
         elif c == "#" and text[j - 1] in " \t\n(":
             end = text.find("\n", j)
-            j = len(text) if end < 0 else end
+            j = len(text) if end == -1 else end
         elif c in "'\"`" or text.startswith(("$(", "${", "$'"), j):
             j, closed = scan(text, j)
             if not closed:
@@ -164,9 +165,12 @@ def raw_words(text: str) -> list[str]:
                 start = None
             i += 1
             continue
+        if start is None and text.startswith("\\\n", i):  # a line continuation between words (in an array's)
+            i += 2
+            continue
         if ch == "#" and start is None:  # a comment, up to the newline (inside an array's elements)
             end = text.find("\n", i)
-            i = len(text) if end < 0 else end
+            i = len(text) if end == -1 else end
             continue
         if start is None:
             start = i
@@ -178,19 +182,25 @@ def raw_words(text: str) -> list[str]:
             i += 2
             continue
         opaque = opaque_end(text, i)
-        plain = _WORD_PLAIN.match(text, i) if opaque is None else None  # letters, digits, most punctuation
-        i = opaque if opaque is not None else plain.end() if plain else i + 1
+        # else letters, digits, most punctuation, a `$` that starts no piece
+        i = opaque if opaque is not None else _WORD_PLAIN.match(text, i).end()  # type: ignore[union-attr]
     if start is not None:
         words.append(text[start:])
     return words
 
 
-_WORD_PLAIN = re.compile(r"[^ \t\n\\'\"`$]+")
+_WORD_PLAIN = re.compile(r"(?:[^ \t\n\\'\"`$]|\$(?![({']))+")
 _TEXT_PLAIN = re.compile(r"[^\\'\"`$]+")
 _DOUBLE_PLAIN = re.compile(r"[^\\`$]+")
 
 
 _ARRAY_REF_RE = re.compile(r'("?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1')
+
+
+def expand_joined(word: str, lookup: Lookup, arrays: Mapping[str, list[str] | None] | None = None) -> str:
+    """`word` expanded as an assignment's value or a `${NAME:-default}` reads it: not split, fields joined by a
+    blank (`X="${ARGS[@]}"`)."""
+    return " ".join(expand(word, lookup, False, arrays))
 
 
 def expand(word: str, lookup: Lookup, split: bool = True,
@@ -227,8 +237,7 @@ class _TooLong(Exception):
 
 def _expand(word: str, lookup: Lookup, split: bool, array: Callable[[str], list[str] | None]) -> list[str]:
     fields: list[str] = []
-    current: list[str] = []
-    started = False
+    current: list[str] = []  # the pieces of the field being read: a quoted "" is one, so `''` makes a field
     i = 0
     while i < len(word):
         ch = word[i]
@@ -245,45 +254,41 @@ def _expand(word: str, lookup: Lookup, split: bool, array: Callable[[str], list[
                     fields.append("".join(current))
                     current = []
                 current.append(element)
-                started = True
             i = ref.end()
-        elif ch == "\\":
-            if word[i + 1:i + 2] != "\n":
-                current.append(word[i + 1:i + 2])
-            i, started = i + 2, True
+        elif ch == "\\":  # an escaped character; a backslash-newline is a line continuation: nothing
+            current.append(word[i + 1:i + 2].replace("\n", ""))
+            i += 2
         elif ch == "'":
             end = _skip_quoted(word, i)
             current.append(word[i + 1:end - 1] if word[end - 1:end] == "'" else word[i + 1:end])
-            i, started = end, True
+            i = end
         elif word.startswith("$'", i):
             end = _skip_quoted(word, i)
             current.append(word[i + 2:end - 1].replace("\\n", "\n").replace("\\t", "\t").replace("\\'", "'"))
-            i, started = end, True
+            i = end
         elif ch == '"':
             end = _skip_quoted(word, i)
             current.append(_double(word[i + 1:end - 1 if word[end - 1:end] == '"' else end], lookup))
-            i, started = end, True
+            i = end
         elif ch in "$`":
             value, i, known = _dollar(word, i, lookup)
             if not known or not split:
                 current.append(value)
-                started = started or bool(value)
                 continue
             pieces = _fields(value)
-            if value[:1].isspace() and (current or started):
+            if value[:1].isspace() and current:
                 fields.append("".join(current))
-                current, started = [], False
+                current = []
             for n, piece in enumerate(pieces):
                 current.append(piece)
-                started = True
                 if n < len(pieces) - 1 or value[-1:].isspace():
                     fields.append("".join(current))
-                    current, started = [], False
-        else:
-            plain = _TEXT_PLAIN.match(word, i)
-            current.append(plain.group() if plain else ch)
-            i, started = plain.end() if plain else i + 1, True
-    if current or started:
+                    current = []
+        else:  # none of \\ ' " $ `: letters, digits, most punctuation
+            end = _TEXT_PLAIN.match(word, i).end()  # type: ignore[union-attr]
+            current.append(word[i:end])
+            i = end
+    if current:
         fields.append("".join(current))
     return fields
 
@@ -339,7 +344,7 @@ def _dollar(text: str, i: int, lookup: Lookup) -> tuple[str, int, bool]:
         end = _skip_quoted(text, i)
         value, known = _braced(text[i:end], lookup)
         return value, end, known
-    m = _NAME_RE.match(text, i + 1)
+    m = NAME_RE.match(text, i + 1)
     if m is None:
         if text[i + 1:i + 2] and text[i + 1] in _SPECIAL:
             return text[i:i + 2], i + 2, False
@@ -357,7 +362,7 @@ def _braced(raw: str, lookup: Lookup) -> tuple[str, bool]:
     if value is not None:
         return value, True
     if m.group(2) and not m.group(1).startswith("SLURM_"):  # Slurm sets its own at run time
-        return " ".join(expand(m.group(3), lookup, split=False)), True
+        return expand_joined(m.group(3), lookup), True
     return raw, False
 
 
