@@ -115,7 +115,7 @@ def read_manifest(sweep_dir: Path) -> Manifest | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}.", "check the folder's permissions.") from None
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}.", "check the folder's permissions.") from None
     try:
         data = json.loads(text)  # UTF-8 (or -16, -32) bytes; bytes that are none of those are not JSON either
     except ValueError as exc:

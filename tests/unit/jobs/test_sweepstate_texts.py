@@ -80,7 +80,7 @@ def test_every_refusal_of_a_manifest_whole(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as unreadable:
         read_manifest(tmp_path)
     assert (unreadable.value.message, unreadable.value.hint) == (
-        f"cannot read {tmp_path / MANIFEST_FILE}: [Errno 21] Is a directory: '{tmp_path / MANIFEST_FILE}'.",
+        f"cannot read {tmp_path / MANIFEST_FILE}: Is a directory.",
         "check the folder's permissions.")
 
 
