@@ -27,7 +27,7 @@ from torchslurm.errors import ConfigError, EnvError, not_one_of
 from torchslurm.runtime import gpubind
 from torchslurm.runtime.variables import is_digits
 
-__all__ = ["BACKENDS", "DEVICE_VARIABLE", "DeviceChoice", "choose_device", "cpu_oversubscription",
+__all__ = ["BACKENDS", "DEVICE_VARIABLE", "DeviceChoice", "choose_device", "container", "cpu_oversubscription",
            "cpus_per_task_lost", "gpus_unseen", "per_task_binding", "slurm_gpus", "srun_cpus_unset", "usable_cpus"]
 
 DEVICE_VARIABLE = "TORCHSLURM_DEVICE"
@@ -111,12 +111,13 @@ def gpus_unseen(environ: Mapping[str, str], cuda_device_count: int, cuda_build: 
     allocated = slurm_gpus(environ)
     if cuda_device_count > 0 or not allocated or environ.get(DEVICE_VARIABLE, "").strip().lower() == "cpu":
         return None
-    container = next((f"{name}={environ[name]}" for name in CONTAINER_VARIABLES if environ.get(name)), None)
+    inside = container(environ)
     if cuda_build is None:
         why = "this torch is a CPU-only build"
-    elif container is not None:
+    elif inside is not None:
         return EnvError(f"Slurm gave this task GPUs ({allocated}) but torch sees no CUDA device: this process runs in "
-                        f"a container ({container}) started without the GPUs; training would run on the CPU.",
+                        f"a container ({inside[0]}={inside[1]}) started without the GPUs; training would run on the "
+                        "CPU.",
                         "start it with --nv: `apptainer exec --nv IMAGE python ...` (or set APPTAINER_NV=1); to "
                         f"train on the CPU on purpose, set {DEVICE_VARIABLE}=cpu.")
     elif isinstance(cuda_build, str):
@@ -126,6 +127,11 @@ def gpus_unseen(environ: Mapping[str, str], cuda_device_count: int, cuda_build: 
     return EnvError(f"Slurm gave this task GPUs ({allocated}) but torch sees no CUDA device: {why}; training would "
                     "run on the CPU.", "install a CUDA build of torch in the job's environment and check the driver "
                     f"on the node (`srun nvidia-smi`); to train on the CPU on purpose, set {DEVICE_VARIABLE}=cpu.")
+
+
+def container(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(the variable, the image) of the Apptainer/Singularity container this process runs in, or None."""
+    return next(((name, environ[name]) for name in CONTAINER_VARIABLES if environ.get(name)), None)
 
 
 def usable_cpus() -> int:

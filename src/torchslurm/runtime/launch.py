@@ -27,7 +27,7 @@ from pathlib import Path
 
 from torchslurm.errors import ConfigError, DistributedError
 from torchslurm.exitcodes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
-from torchslurm.runtime.devices import CONTAINER_VARIABLES, cpu_oversubscription, omp_threads, usable_cpus
+from torchslurm.runtime.devices import container, cpu_oversubscription, omp_threads, usable_cpus
 from torchslurm.runtime.distenv import LAUNCHER_VARIABLE, DistEnv, detect
 from torchslurm.runtime.runchecks import check_run_options, nproc_problem
 from torchslurm.runtime.variables import is_digits
@@ -155,10 +155,10 @@ def execute(launch_plan: LaunchPlan, environ: Mapping[str, str], max_restarts: i
 def cannot_start(program: str, error: OSError, environ: Mapping[str, str]) -> ConfigError:
     """The error of a rank or srun step that could not be started. srun missing inside an Apptainer or
     Singularity container (images rarely hold Slurm's commands) means srun belongs outside it."""
-    container = next((environ[name] for name in CONTAINER_VARIABLES if environ.get(name)), None)
+    inside = container(environ)
     why = error.strerror or str(error)  # not str(error): execvpe's names the last folder of PATH it tried
-    if program == "srun" and container is not None:
-        return ConfigError(f"cannot start 'srun' inside the container {container}: {why}.",
+    if program == "srun" and inside is not None:
+        return ConfigError(f"cannot start 'srun' inside the container {inside[1]}: {why}.",
                            "start the ranks from outside it, one container per task: `srun apptainer exec --nv "
                            "IMAGE torchslurm run train.py` in the batch script (each task then runs as one rank).")
     return ConfigError(f"cannot start {program!r}: {why}.", "check that it is installed and on PATH on every node.")

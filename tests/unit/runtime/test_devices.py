@@ -13,6 +13,7 @@ from torchslurm.runtime import devices
 from torchslurm.runtime.devices import (
     DeviceChoice,
     choose_device,
+    container,
     cpu_oversubscription,
     cpus_per_task_lost,
     gpus_unseen,
@@ -175,6 +176,7 @@ def test_gpus_unseen_in_a_container_started_without_nv_say_so(variable: str) -> 
     assert gpus_unseen({**GPU_TASK, variable: ""}, 0, "12.8").message.endswith(  # type: ignore[union-attr]
         "so the driver sees none or CUDA_VISIBLE_DEVICES hides them; training would run on the CPU.")
     assert gpus_unseen(inside, 2, "12.8") is None  # started with --nv
+    assert container(inside) == (variable, "/images/pytorch.sif") and container(GPU_TASK) is None
 
 
 @pytest.mark.parametrize(("environ", "visible"), [
